@@ -1,0 +1,14 @@
+//! `cairn-proto` owns Cairn's wire contracts: the `.proto` files under `proto/cairn/` and the
+//! Rust code tonic/prost generate from them, compiled once here so that every other crate (the
+//! replicas, the workers, the CLI) speaks exactly the same messages.
+//!
+//! It also owns the conventions that are part of the contract but not expressible in protobuf:
+//! the metadata keys that carry leader hints on a not-leader error ([`leader_hint`]).
+
+pub mod leader_hint;
+
+/// Generated code for package `cairn.v1`.
+#[allow(clippy::all, missing_docs)]
+pub mod v1 {
+    tonic::include_proto!("cairn.v1");
+}

@@ -1,0 +1,141 @@
+//! Commands of the replicated state machine, their outcomes and their typed errors.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use super::{CheckpointConfig, CompletedCheckpoint, ConfigError, JobId, JobSpec, JobStatus, SavepointRecord};
+
+/// A change to the replicated state, proposed by the leader through Raft.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "cmd", rename_all = "snake_case")]
+pub enum Command {
+    /// Adds a job to the registry in state `created`.
+    RegisterJob { job: JobId, name: String, spec: JobSpec },
+    /// Replaces a live job's checkpoint configuration. Lowering `retained` subsumes the
+    /// checkpoints beyond the new limit.
+    UpdateJobConfig { job: JobId, checkpoint: CheckpointConfig },
+    /// Moves a job through its lifecycle; terminal states are final.
+    SetJobStatus { job: JobId, status: JobStatus },
+    /// Returns the job's next checkpoint ID and advances the counter past it.
+    AllocateCheckpointId { job: JobId },
+    /// Raises the counter so that the next ID is at least `next` (restore from savepoint N sets
+    /// `next = N + 1`). Requesting a value below the current counter is an error.
+    AdvanceCheckpointCounter { job: JobId, next: u64 },
+    /// Appends a completed checkpoint and applies retention; the outcome lists what was subsumed.
+    AddCompletedCheckpoint { job: JobId, checkpoint: CompletedCheckpoint },
+    /// Records a completed savepoint.
+    RegisterSavepoint { job: JobId, savepoint: SavepointRecord },
+    /// Forgets a savepoint; the outcome returns it so the caller can delete its files.
+    DisposeSavepoint { job: JobId, checkpoint_id: u64 },
+    /// Removes a job in a terminal state; the outcome returns its retained checkpoints.
+    RemoveJob { job: JobId },
+}
+
+impl Command {
+    /// The one job whose record the command reads and writes.
+    pub fn job(&self) -> &JobId {
+        match self {
+            Self::RegisterJob { job, .. }
+            | Self::UpdateJobConfig { job, .. }
+            | Self::SetJobStatus { job, .. }
+            | Self::AllocateCheckpointId { job }
+            | Self::AdvanceCheckpointCounter { job, .. }
+            | Self::AddCompletedCheckpoint { job, .. }
+            | Self::RegisterSavepoint { job, .. }
+            | Self::DisposeSavepoint { job, .. }
+            | Self::RemoveJob { job } => job,
+        }
+    }
+
+    /// Short name for logs and metrics.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::RegisterJob { .. } => "register_job",
+            Self::UpdateJobConfig { .. } => "update_job_config",
+            Self::SetJobStatus { .. } => "set_job_status",
+            Self::AllocateCheckpointId { .. } => "allocate_checkpoint_id",
+            Self::AdvanceCheckpointCounter { .. } => "advance_checkpoint_counter",
+            Self::AddCompletedCheckpoint { .. } => "add_completed_checkpoint",
+            Self::RegisterSavepoint { .. } => "register_savepoint",
+            Self::DisposeSavepoint { .. } => "dispose_savepoint",
+            Self::RemoveJob { .. } => "remove_job",
+        }
+    }
+}
+
+impl fmt::Display for Command {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}(job={})", self.name(), self.job())
+    }
+}
+
+/// What an applied command did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum Outcome {
+    /// Blank and membership entries, and commands with nothing to report.
+    Done,
+    CheckpointId {
+        id: u64,
+    },
+    CounterAdvanced {
+        next: u64,
+    },
+    /// Checkpoints removed from the store by retention; their exclusive state may be discarded.
+    Subsumed {
+        checkpoints: Vec<CompletedCheckpoint>,
+    },
+    SavepointDisposed {
+        savepoint: SavepointRecord,
+    },
+    JobRemoved {
+        checkpoints: Vec<CompletedCheckpoint>,
+        savepoints: Vec<SavepointRecord>,
+    },
+}
+
+/// Why a command was rejected. A rejected command changes nothing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+#[serde(tag = "error", rename_all = "snake_case")]
+pub enum CommandError {
+    #[error("unknown job `{job}`")]
+    UnknownJob { job: JobId },
+    #[error("job `{job}` is already registered")]
+    JobExists { job: JobId },
+    #[error("job `{job}` is {status}; it accepts no more changes")]
+    JobTerminal { job: JobId, status: String },
+    #[error("job `{job}` is {status}; only a finished, canceled or failed job can be removed")]
+    JobNotTerminal { job: JobId, status: String },
+    #[error("job `{job}` cannot go from {from} to {to}")]
+    IllegalTransition { job: JobId, from: String, to: String },
+    #[error(transparent)]
+    InvalidConfig(#[from] ConfigError),
+    #[error("checkpoint counter of job `{job}` is at {current}; it cannot be lowered to {requested}")]
+    CounterRegression { job: JobId, current: u64, requested: u64 },
+    #[error("checkpoint counter of job `{job}` is exhausted")]
+    CounterExhausted { job: JobId },
+    #[error("checkpoint {id} of job `{job}` was never allocated (next ID is {next})")]
+    NotAllocated { job: JobId, id: u64, next: u64 },
+    #[error("checkpoint {id} of job `{job}` is already completed")]
+    DuplicateCheckpoint { job: JobId, id: u64 },
+    #[error("checkpoint {id} of job `{job}` is older than the latest completed checkpoint {latest}")]
+    OutOfOrder { job: JobId, id: u64, latest: u64 },
+    #[error("savepoint {id} of job `{job}` is already registered")]
+    DuplicateSavepoint { job: JobId, id: u64 },
+    #[error("job `{job}` has no savepoint {id}")]
+    UnknownSavepoint { job: JobId, id: u64 },
+    #[error("{field} of checkpoint {id} of job `{job}` is invalid: {reason}")]
+    InvalidCheckpoint { job: JobId, id: u64, field: String, reason: String },
+}
+
+/// The response of one applied log entry. Rejections are committed responses too, so that
+/// every replica agrees on them and the proposer learns the precise reason.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommandResponse(pub Result<Outcome, CommandError>);
+
+impl CommandResponse {
+    pub fn done() -> Self {
+        Self(Ok(Outcome::Done))
+    }
+}

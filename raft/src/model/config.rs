@@ -1,0 +1,138 @@
+//! Per-job checkpoint configuration, with Flink's defaults and names.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// How a job is checkpointed. Field names follow Flink's `execution.checkpointing.*` options.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CheckpointConfig {
+    /// Periodic checkpoint interval; `None` disables periodic checkpoints (Flink's default).
+    pub interval: Option<Duration>,
+    /// A pending checkpoint that has not completed after this long is expired.
+    pub timeout: Duration,
+    /// Minimum pause between the end of one checkpoint and the trigger of the next.
+    pub min_pause: Duration,
+    /// Maximum number of checkpoints in flight at once.
+    pub max_concurrent: u32,
+    /// Consecutive checkpoint failures tolerated before the job is failed.
+    pub tolerable_failures: u32,
+    /// Completed checkpoints kept; older ones are subsumed and their state discarded.
+    pub retained: u32,
+    /// Directory savepoints go to when a trigger names none.
+    pub savepoint_dir: Option<String>,
+    /// Root of the job's checkpoint storage (`<dir>/<job>/chk-<id>/`).
+    pub storage_dir: Option<String>,
+}
+
+impl Default for CheckpointConfig {
+    fn default() -> Self {
+        Self {
+            interval: None,
+            timeout: Duration::from_secs(10 * 60),
+            min_pause: Duration::ZERO,
+            max_concurrent: 1,
+            tolerable_failures: 0,
+            retained: 1,
+            savepoint_dir: None,
+            storage_dir: None,
+        }
+    }
+}
+
+/// A configuration value that cannot be used; names the field so users can fix it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+#[error("invalid checkpoint configuration: `{field}` {reason}")]
+pub struct ConfigError {
+    pub field: String,
+    pub reason: String,
+}
+
+impl ConfigError {
+    fn new(field: &str, reason: impl Into<String>) -> Self {
+        Self { field: field.to_owned(), reason: reason.into() }
+    }
+}
+
+/// Smallest accepted checkpoint interval and timeout, as Flink enforces.
+pub const MIN_INTERVAL: Duration = Duration::from_millis(10);
+
+impl CheckpointConfig {
+    /// Checks every field; returns the first problem, naming the field.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if let Some(interval) = self.interval
+            && interval < MIN_INTERVAL
+        {
+            return Err(ConfigError::new(
+                "interval",
+                "must be at least 10ms (or unset to disable periodic checkpoints)",
+            ));
+        }
+        if self.timeout < MIN_INTERVAL {
+            return Err(ConfigError::new("timeout", "must be at least 10ms"));
+        }
+        if self.max_concurrent == 0 {
+            return Err(ConfigError::new("max_concurrent", "must be at least 1"));
+        }
+        if self.retained == 0 {
+            return Err(ConfigError::new(
+                "retained",
+                "must be at least 1: the latest completed checkpoint is always kept",
+            ));
+        }
+        for (field, dir) in [("savepoint_dir", &self.savepoint_dir), ("storage_dir", &self.storage_dir)] {
+            if let Some(d) = dir
+                && d.trim().is_empty()
+            {
+                return Err(ConfigError::new(field, "must not be empty (leave it unset instead)"));
+            }
+        }
+        Ok(())
+    }
+
+    /// The interval actually used for periodic triggers: an interval below `min_pause` is
+    /// raised to `min_pause`, as Flink's coordinator does.
+    pub fn effective_interval(&self) -> Option<Duration> {
+        self.interval.map(|i| i.max(self.min_pause))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_flinks() {
+        let c = CheckpointConfig::default();
+        assert_eq!(c.interval, None);
+        assert_eq!(c.timeout, Duration::from_secs(600));
+        assert_eq!(c.min_pause, Duration::ZERO);
+        assert_eq!(c.max_concurrent, 1);
+        assert_eq!(c.tolerable_failures, 0);
+        assert_eq!(c.retained, 1);
+        assert!(c.validate().is_ok());
+    }
+
+    #[test]
+    fn zero_retention_is_rejected_naming_the_field() {
+        let c = CheckpointConfig { retained: 0, ..Default::default() };
+        assert_eq!(c.validate().unwrap_err().field, "retained");
+    }
+
+    #[test]
+    fn interval_below_min_pause_is_clamped() {
+        let c = CheckpointConfig {
+            interval: Some(Duration::from_millis(100)),
+            min_pause: Duration::from_millis(500),
+            ..Default::default()
+        };
+        assert_eq!(c.effective_interval(), Some(Duration::from_millis(500)));
+    }
+
+    #[test]
+    fn unknown_fields_are_rejected() {
+        let err = serde_json::from_str::<CheckpointConfig>(r#"{"retain": 3}"#).unwrap_err();
+        assert!(err.to_string().contains("unknown field"), "{err}");
+    }
+}

@@ -1,0 +1,227 @@
+//! A job's replicated record: identity, spec, status, checkpoint counter, completed checkpoints
+//! and savepoints.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use super::CheckpointConfig;
+
+/// A job identifier: 1 to 64 characters of `[A-Za-z0-9_.-]`, not starting with `.` (it names
+/// a directory in checkpoint storage, so it must be a safe path component).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct JobId(String);
+
+/// Why a string is not a valid [`JobId`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum JobIdError {
+    #[error("job id is empty")]
+    Empty,
+    #[error("job id is {0} characters long; at most 64 are allowed")]
+    TooLong(usize),
+    #[error("job id {0:?} may only contain letters, digits, '_', '-' and '.', and may not start with '.'")]
+    BadChar(String),
+}
+
+impl JobId {
+    pub const MAX_LEN: usize = 64;
+
+    pub fn new(s: impl Into<String>) -> Result<Self, JobIdError> {
+        let s = s.into();
+        if s.is_empty() {
+            return Err(JobIdError::Empty);
+        }
+        if s.len() > Self::MAX_LEN {
+            return Err(JobIdError::TooLong(s.len()));
+        }
+        let ok = s.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+        if !ok || s.starts_with('.') {
+            return Err(JobIdError::BadChar(s));
+        }
+        Ok(Self(s))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<String> for JobId {
+    type Error = JobIdError;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        Self::new(s)
+    }
+}
+
+impl From<JobId> for String {
+    fn from(j: JobId) -> String {
+        j.0
+    }
+}
+
+impl fmt::Display for JobId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// What a job runs and how it is checkpointed, as submitted.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct JobSpec {
+    /// The job graph, owned and validated by the task runtime; opaque to the state machine.
+    pub graph: serde_json::Value,
+    pub checkpoint: CheckpointConfig,
+    /// Savepoint (or retained checkpoint) path to restore from on first start.
+    pub restore_from: Option<String>,
+    /// Whether state in `restore_from` that maps to no operator may be skipped.
+    pub allow_non_restored_state: bool,
+}
+
+/// Lifecycle of a job as the replicated registry knows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum JobStatus {
+    /// Registered; not yet running.
+    Created,
+    Running,
+    /// Restarting from its latest checkpoint after a failure.
+    Restarting,
+    Finished,
+    Canceled,
+    Failed {
+        reason: String,
+    },
+}
+
+impl JobStatus {
+    /// Terminal states are final: a job in one never runs or checkpoints again.
+    pub fn is_terminal(&self) -> bool {
+        matches!(self, Self::Finished | Self::Canceled | Self::Failed { .. })
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Created => "created",
+            Self::Running => "running",
+            Self::Restarting => "restarting",
+            Self::Finished => "finished",
+            Self::Canceled => "canceled",
+            Self::Failed { .. } => "failed",
+        }
+    }
+}
+
+impl fmt::Display for JobStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Failed { reason } => write!(f, "failed: {reason}"),
+            other => f.write_str(other.name()),
+        }
+    }
+}
+
+/// Whether a completed snapshot is a checkpoint or a savepoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckpointKind {
+    Checkpoint,
+    Savepoint,
+    /// Stop-with-savepoint: the job finished (or suspended) with this savepoint.
+    SyncSavepoint,
+}
+
+/// Pointer to a completed checkpoint's `_metadata` in checkpoint storage. The metadata itself
+/// (state handles, master state) lives in storage; Raft keeps only what locates and verifies it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompletedCheckpoint {
+    pub id: u64,
+    pub kind: CheckpointKind,
+    /// Milliseconds since the Unix epoch, as stamped by the leader.
+    pub trigger_time_ms: u64,
+    pub completion_time_ms: u64,
+    /// Path of the `_metadata` file.
+    pub metadata_path: String,
+    pub metadata_size: u64,
+    pub metadata_crc32: u32,
+    /// Total state size referenced by the checkpoint, in bytes.
+    pub state_size: u64,
+}
+
+/// A savepoint registered with its job; kept until disposed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SavepointRecord {
+    pub checkpoint: CompletedCheckpoint,
+    /// The savepoint directory (self-contained and relocatable).
+    pub path: String,
+}
+
+/// Everything the cluster remembers about one job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobRecord {
+    pub id: JobId,
+    pub name: String,
+    pub spec: JobSpec,
+    pub status: JobStatus,
+    /// The ID the next allocation returns. Starts at 1 and only ever grows.
+    pub next_checkpoint_id: u64,
+    /// Retained completed checkpoints, oldest first, strictly increasing IDs, at most
+    /// `spec.checkpoint.retained` of them.
+    pub completed: Vec<CompletedCheckpoint>,
+    /// Savepoints, oldest first.
+    pub savepoints: Vec<SavepointRecord>,
+    /// Completed checkpoints ever added (survives leader changes; feeds statistics).
+    #[serde(default)]
+    pub num_completed: u64,
+}
+
+impl JobRecord {
+    pub fn new(id: JobId, name: String, spec: JobSpec) -> Self {
+        Self {
+            id,
+            name,
+            spec,
+            status: JobStatus::Created,
+            next_checkpoint_id: 1,
+            completed: Vec::new(),
+            savepoints: Vec::new(),
+            num_completed: 0,
+        }
+    }
+
+    pub fn latest_completed(&self) -> Option<&CompletedCheckpoint> {
+        self.completed.last()
+    }
+
+    /// The snapshot a restore must use: the latest completed checkpoint, or a savepoint if one
+    /// is newer.
+    pub fn restore_point(&self) -> Option<&CompletedCheckpoint> {
+        let sp = self.savepoints.iter().map(|s| &s.checkpoint).max_by_key(|c| c.id);
+        match (self.latest_completed(), sp) {
+            (Some(c), Some(s)) => Some(if s.id > c.id { s } else { c }),
+            (c, s) => c.or(s),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn job_ids_are_safe_path_components() {
+        assert!(JobId::new("wordcount-1.v2").is_ok());
+        assert_eq!(JobId::new(""), Err(JobIdError::Empty));
+        assert!(matches!(JobId::new("../etc"), Err(JobIdError::BadChar(_))));
+        assert!(matches!(JobId::new(".hidden"), Err(JobIdError::BadChar(_))));
+        assert!(matches!(JobId::new("a/b"), Err(JobIdError::BadChar(_))));
+        assert_eq!(JobId::new("x".repeat(65)), Err(JobIdError::TooLong(65)));
+    }
+
+    #[test]
+    fn job_id_deserialization_validates() {
+        assert!(serde_json::from_str::<JobId>("\"a/b\"").is_err());
+        assert_eq!(serde_json::from_str::<JobId>("\"ok\"").unwrap().as_str(), "ok");
+    }
+}

@@ -1,0 +1,193 @@
+//! Deterministic application of commands to the job registry.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::{
+    CheckpointKind, Command, CommandError, CompletedCheckpoint, JobId, JobRecord, JobStatus, Outcome,
+};
+
+/// The whole replicated state: every job's record, by id.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StateMachineData {
+    pub jobs: BTreeMap<JobId, JobRecord>,
+}
+
+impl StateMachineData {
+    pub fn job(&self, id: &JobId) -> Option<&JobRecord> {
+        self.jobs.get(id)
+    }
+
+    /// Applies one command. On error nothing changes. Pure and deterministic: the result depends
+    /// only on the current state and the command.
+    pub fn apply(&mut self, cmd: &Command) -> Result<Outcome, CommandError> {
+        if let Command::RegisterJob { job, name, spec } = cmd {
+            if self.jobs.contains_key(job) {
+                return Err(CommandError::JobExists { job: job.clone() });
+            }
+            spec.checkpoint.validate()?;
+            let name = if name.is_empty() { job.to_string() } else { name.clone() };
+            self.jobs.insert(job.clone(), JobRecord::new(job.clone(), name, spec.clone()));
+            return Ok(Outcome::Done);
+        }
+        let job_id = cmd.job();
+        let Some(job) = self.jobs.get_mut(job_id) else {
+            return Err(CommandError::UnknownJob { job: job_id.clone() });
+        };
+        if let Command::RemoveJob { .. } = cmd {
+            if !job.status.is_terminal() {
+                return Err(CommandError::JobNotTerminal {
+                    job: job_id.clone(),
+                    status: job.status.to_string(),
+                });
+            }
+            let removed = self.jobs.remove(job_id);
+            let (checkpoints, savepoints) = removed.map(|j| (j.completed, j.savepoints)).unwrap_or_default();
+            return Ok(Outcome::JobRemoved { checkpoints, savepoints });
+        }
+        if job.status.is_terminal() {
+            return Err(CommandError::JobTerminal { job: job_id.clone(), status: job.status.to_string() });
+        }
+        apply_to_live_job(job, cmd)
+    }
+}
+
+/// Commands on a job that exists and is not terminal.
+fn apply_to_live_job(job: &mut JobRecord, cmd: &Command) -> Result<Outcome, CommandError> {
+    match cmd {
+        Command::RegisterJob { .. } | Command::RemoveJob { .. } => {
+            unreachable!("handled by StateMachineData::apply")
+        }
+        Command::UpdateJobConfig { checkpoint, .. } => {
+            checkpoint.validate()?;
+            job.spec.checkpoint = checkpoint.clone();
+            Ok(Outcome::Subsumed { checkpoints: apply_retention(job) })
+        }
+        Command::SetJobStatus { status, .. } => {
+            check_transition(job, status)?;
+            job.status = status.clone();
+            Ok(Outcome::Done)
+        }
+        Command::AllocateCheckpointId { .. } => {
+            let id = job.next_checkpoint_id;
+            job.next_checkpoint_id =
+                id.checked_add(1).ok_or_else(|| CommandError::CounterExhausted { job: job.id.clone() })?;
+            Ok(Outcome::CheckpointId { id })
+        }
+        Command::AdvanceCheckpointCounter { next, .. } => {
+            if *next < job.next_checkpoint_id {
+                return Err(CommandError::CounterRegression {
+                    job: job.id.clone(),
+                    current: job.next_checkpoint_id,
+                    requested: *next,
+                });
+            }
+            job.next_checkpoint_id = *next;
+            Ok(Outcome::CounterAdvanced { next: *next })
+        }
+        Command::AddCompletedCheckpoint { checkpoint, .. } => {
+            check_checkpoint(job, checkpoint)?;
+            if job.completed.iter().any(|c| c.id == checkpoint.id) {
+                return Err(CommandError::DuplicateCheckpoint { job: job.id.clone(), id: checkpoint.id });
+            }
+            if let Some(latest) = job.latest_completed()
+                && checkpoint.id < latest.id
+            {
+                return Err(CommandError::OutOfOrder {
+                    job: job.id.clone(),
+                    id: checkpoint.id,
+                    latest: latest.id,
+                });
+            }
+            job.completed.push(checkpoint.clone());
+            job.num_completed += 1;
+            Ok(Outcome::Subsumed { checkpoints: apply_retention(job) })
+        }
+        Command::RegisterSavepoint { savepoint, .. } => {
+            let cp = &savepoint.checkpoint;
+            check_checkpoint(job, cp)?;
+            if cp.kind == CheckpointKind::Checkpoint {
+                return Err(invalid(
+                    job,
+                    cp.id,
+                    "kind",
+                    "a savepoint must be of kind savepoint or sync_savepoint",
+                ));
+            }
+            if savepoint.path.trim().is_empty() {
+                return Err(invalid(job, cp.id, "path", "must not be empty"));
+            }
+            if job.savepoints.iter().any(|s| s.checkpoint.id == cp.id) {
+                return Err(CommandError::DuplicateSavepoint { job: job.id.clone(), id: cp.id });
+            }
+            job.savepoints.push(savepoint.clone());
+            job.savepoints.sort_by_key(|s| s.checkpoint.id);
+            Ok(Outcome::Done)
+        }
+        Command::DisposeSavepoint { checkpoint_id, .. } => {
+            let pos =
+                job.savepoints.iter().position(|s| s.checkpoint.id == *checkpoint_id).ok_or_else(|| {
+                    CommandError::UnknownSavepoint { job: job.id.clone(), id: *checkpoint_id }
+                })?;
+            Ok(Outcome::SavepointDisposed { savepoint: job.savepoints.remove(pos) })
+        }
+    }
+}
+
+fn invalid(job: &JobRecord, id: u64, field: &str, reason: &str) -> CommandError {
+    CommandError::InvalidCheckpoint {
+        job: job.id.clone(),
+        id,
+        field: field.to_owned(),
+        reason: reason.to_owned(),
+    }
+}
+
+/// A completed checkpoint must carry an ID this job allocated and a usable metadata pointer.
+fn check_checkpoint(job: &JobRecord, cp: &CompletedCheckpoint) -> Result<(), CommandError> {
+    if cp.id == 0 || cp.id >= job.next_checkpoint_id {
+        return Err(CommandError::NotAllocated {
+            job: job.id.clone(),
+            id: cp.id,
+            next: job.next_checkpoint_id,
+        });
+    }
+    if cp.metadata_path.trim().is_empty() {
+        return Err(invalid(job, cp.id, "metadata_path", "must not be empty"));
+    }
+    if cp.completion_time_ms < cp.trigger_time_ms {
+        return Err(invalid(job, cp.id, "completion_time_ms", "is before the trigger time"));
+    }
+    Ok(())
+}
+
+/// Keeps the newest `retained` checkpoints and returns the subsumed ones, oldest first.
+/// `retained` is validated to be at least 1, so the newest checkpoint is never dropped.
+fn apply_retention(job: &mut JobRecord) -> Vec<CompletedCheckpoint> {
+    let keep = (job.spec.checkpoint.retained.max(1)) as usize;
+    let excess = job.completed.len().saturating_sub(keep);
+    job.completed.drain(..excess).collect()
+}
+
+fn check_transition(job: &JobRecord, to: &JobStatus) -> Result<(), CommandError> {
+    use JobStatus::*;
+    let ok = matches!(
+        (&job.status, to),
+        (Created, Running | Restarting)
+            | (Running | Restarting, Running | Restarting)
+            | (_, Finished | Canceled | Failed { .. })
+    );
+    if ok {
+        Ok(())
+    } else {
+        Err(CommandError::IllegalTransition {
+            job: job.id.clone(),
+            from: job.status.to_string(),
+            to: to.to_string(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,244 @@
+use proptest::prelude::*;
+
+use super::*;
+use crate::model::{CheckpointConfig, CommandResponse, JobSpec, SavepointRecord};
+
+fn jid(s: &str) -> JobId {
+    JobId::new(s).unwrap()
+}
+
+fn register(sm: &mut StateMachineData, job: &str, retained: u32) {
+    let spec =
+        JobSpec { checkpoint: CheckpointConfig { retained, ..Default::default() }, ..Default::default() };
+    sm.apply(&Command::RegisterJob { job: jid(job), name: String::new(), spec }).unwrap();
+}
+
+fn allocate(sm: &mut StateMachineData, job: &str) -> u64 {
+    match sm.apply(&Command::AllocateCheckpointId { job: jid(job) }).unwrap() {
+        Outcome::CheckpointId { id } => id,
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+fn cp(id: u64) -> CompletedCheckpoint {
+    CompletedCheckpoint {
+        id,
+        kind: CheckpointKind::Checkpoint,
+        trigger_time_ms: 10,
+        completion_time_ms: 20,
+        metadata_path: format!("/cp/job/chk-{id}/_metadata"),
+        metadata_size: 100,
+        metadata_crc32: 7,
+        state_size: 1000,
+    }
+}
+
+fn add(sm: &mut StateMachineData, job: &str, id: u64) -> Result<Outcome, CommandError> {
+    sm.apply(&Command::AddCompletedCheckpoint { job: jid(job), checkpoint: cp(id) })
+}
+
+#[test]
+fn ids_start_at_one_and_increase() {
+    let mut sm = StateMachineData::default();
+    register(&mut sm, "a", 1);
+    assert_eq!(allocate(&mut sm, "a"), 1);
+    assert_eq!(allocate(&mut sm, "a"), 2);
+    register(&mut sm, "b", 1);
+    assert_eq!(allocate(&mut sm, "b"), 1, "counters are per job");
+}
+
+#[test]
+fn unknown_job_is_rejected() {
+    let mut sm = StateMachineData::default();
+    let err = sm.apply(&Command::AllocateCheckpointId { job: jid("nope") }).unwrap_err();
+    assert_eq!(err, CommandError::UnknownJob { job: jid("nope") });
+}
+
+#[test]
+fn registering_twice_is_rejected_and_changes_nothing() {
+    let mut sm = StateMachineData::default();
+    register(&mut sm, "a", 1);
+    allocate(&mut sm, "a");
+    let before = sm.clone();
+    let err = sm
+        .apply(&Command::RegisterJob { job: jid("a"), name: "x".into(), spec: JobSpec::default() })
+        .unwrap_err();
+    assert_eq!(err, CommandError::JobExists { job: jid("a") });
+    assert_eq!(sm, before);
+}
+
+#[test]
+fn zero_retention_is_rejected() {
+    let mut sm = StateMachineData::default();
+    let spec =
+        JobSpec { checkpoint: CheckpointConfig { retained: 0, ..Default::default() }, ..Default::default() };
+    let err = sm.apply(&Command::RegisterJob { job: jid("a"), name: String::new(), spec }).unwrap_err();
+    assert!(matches!(err, CommandError::InvalidConfig(ref e) if e.field == "retained"), "{err}");
+    assert!(sm.jobs.is_empty());
+}
+
+#[test]
+fn counter_cannot_be_lowered() {
+    let mut sm = StateMachineData::default();
+    register(&mut sm, "a", 1);
+    sm.apply(&Command::AdvanceCheckpointCounter { job: jid("a"), next: 10 }).unwrap();
+    let err = sm.apply(&Command::AdvanceCheckpointCounter { job: jid("a"), next: 5 }).unwrap_err();
+    assert_eq!(err, CommandError::CounterRegression { job: jid("a"), current: 10, requested: 5 });
+    assert_eq!(allocate(&mut sm, "a"), 10);
+}
+
+#[test]
+fn duplicate_and_unallocated_checkpoints_are_rejected() {
+    let mut sm = StateMachineData::default();
+    register(&mut sm, "a", 3);
+    assert!(matches!(add(&mut sm, "a", 1), Err(CommandError::NotAllocated { id: 1, next: 1, .. })));
+    allocate(&mut sm, "a");
+    allocate(&mut sm, "a");
+    add(&mut sm, "a", 2).unwrap();
+    assert_eq!(add(&mut sm, "a", 2), Err(CommandError::DuplicateCheckpoint { job: jid("a"), id: 2 }));
+    assert_eq!(add(&mut sm, "a", 1), Err(CommandError::OutOfOrder { job: jid("a"), id: 1, latest: 2 }));
+}
+
+#[test]
+fn retention_returns_subsumed_oldest_first() {
+    let mut sm = StateMachineData::default();
+    register(&mut sm, "a", 2);
+    for _ in 0..4 {
+        allocate(&mut sm, "a");
+    }
+    add(&mut sm, "a", 1).unwrap();
+    add(&mut sm, "a", 2).unwrap();
+    assert_eq!(add(&mut sm, "a", 3).unwrap(), Outcome::Subsumed { checkpoints: vec![cp(1)] });
+    let cfg = CheckpointConfig { retained: 1, ..Default::default() };
+    let out = sm.apply(&Command::UpdateJobConfig { job: jid("a"), checkpoint: cfg }).unwrap();
+    assert_eq!(out, Outcome::Subsumed { checkpoints: vec![cp(2)] });
+    assert_eq!(sm.job(&jid("a")).unwrap().completed, vec![cp(3)]);
+    assert_eq!(sm.job(&jid("a")).unwrap().num_completed, 3);
+}
+
+#[test]
+fn terminal_jobs_accept_nothing_but_removal() {
+    let mut sm = StateMachineData::default();
+    register(&mut sm, "a", 1);
+    allocate(&mut sm, "a");
+    add(&mut sm, "a", 1).unwrap();
+    let err = sm.apply(&Command::RemoveJob { job: jid("a") }).unwrap_err();
+    assert!(matches!(err, CommandError::JobNotTerminal { .. }));
+    sm.apply(&Command::SetJobStatus { job: jid("a"), status: JobStatus::Canceled }).unwrap();
+    assert!(matches!(
+        sm.apply(&Command::AllocateCheckpointId { job: jid("a") }),
+        Err(CommandError::JobTerminal { .. })
+    ));
+    assert!(matches!(
+        sm.apply(&Command::SetJobStatus { job: jid("a"), status: JobStatus::Running }),
+        Err(CommandError::JobTerminal { .. })
+    ));
+    let out = sm.apply(&Command::RemoveJob { job: jid("a") }).unwrap();
+    assert_eq!(out, Outcome::JobRemoved { checkpoints: vec![cp(1)], savepoints: vec![] });
+    assert!(sm.jobs.is_empty());
+}
+
+#[test]
+fn illegal_transition_is_rejected() {
+    let mut sm = StateMachineData::default();
+    register(&mut sm, "a", 1);
+    sm.apply(&Command::SetJobStatus { job: jid("a"), status: JobStatus::Running }).unwrap();
+    let err = sm.apply(&Command::SetJobStatus { job: jid("a"), status: JobStatus::Created }).unwrap_err();
+    assert!(matches!(err, CommandError::IllegalTransition { .. }));
+}
+
+#[test]
+fn savepoints_register_dispose_and_win_restore_when_newer() {
+    let mut sm = StateMachineData::default();
+    register(&mut sm, "a", 1);
+    for _ in 0..3 {
+        allocate(&mut sm, "a");
+    }
+    add(&mut sm, "a", 2).unwrap();
+    let mut sp = cp(3);
+    sp.kind = CheckpointKind::Savepoint;
+    let rec = SavepointRecord { checkpoint: sp.clone(), path: "/sp/savepoint-a-3".into() };
+    sm.apply(&Command::RegisterSavepoint { job: jid("a"), savepoint: rec.clone() }).unwrap();
+    assert_eq!(
+        sm.apply(&Command::RegisterSavepoint { job: jid("a"), savepoint: rec.clone() }),
+        Err(CommandError::DuplicateSavepoint { job: jid("a"), id: 3 })
+    );
+    assert_eq!(sm.job(&jid("a")).unwrap().restore_point().map(|c| c.id), Some(3));
+    let out = sm.apply(&Command::DisposeSavepoint { job: jid("a"), checkpoint_id: 3 }).unwrap();
+    assert_eq!(out, Outcome::SavepointDisposed { savepoint: rec });
+    assert_eq!(sm.job(&jid("a")).unwrap().restore_point().map(|c| c.id), Some(2));
+    assert!(matches!(
+        sm.apply(&Command::DisposeSavepoint { job: jid("a"), checkpoint_id: 3 }),
+        Err(CommandError::UnknownSavepoint { .. })
+    ));
+}
+
+#[test]
+fn persisted_encoding_is_stable() {
+    // Golden encoding: log entries written by an earlier build must stay readable.
+    let cmd = Command::AllocateCheckpointId { job: jid("a") };
+    let json = serde_json::to_string(&cmd).unwrap();
+    assert_eq!(json, r#"{"cmd":"allocate_checkpoint_id","job":"a"}"#);
+    let resp = CommandResponse(Ok(Outcome::CheckpointId { id: 7 }));
+    assert_eq!(serde_json::to_string(&resp).unwrap(), r#"{"Ok":{"outcome":"checkpoint_id","id":7}}"#);
+}
+
+/// A random command over a small set of jobs, so sequences hit the same jobs often.
+fn arb_command() -> impl Strategy<Value = Command> {
+    let job = prop_oneof![Just("a"), Just("b"), Just("c")].prop_map(jid);
+    prop_oneof![
+        1 => (job.clone(), 0u32..4).prop_map(|(job, retained)| Command::RegisterJob {
+            job,
+            name: String::new(),
+            spec: JobSpec { checkpoint: CheckpointConfig { retained, ..Default::default() }, ..Default::default() },
+        }),
+        3 => job.clone().prop_map(|job| Command::AllocateCheckpointId { job }),
+        1 => (job.clone(), 0u64..40).prop_map(|(job, next)| Command::AdvanceCheckpointCounter { job, next }),
+        3 => (job.clone(), 0u64..40).prop_map(|(job, id)| Command::AddCompletedCheckpoint { job, checkpoint: cp(id) }),
+        1 => (job.clone(), 0u32..4).prop_map(|(job, retained)| Command::UpdateJobConfig {
+            job,
+            checkpoint: CheckpointConfig { retained, ..Default::default() },
+        }),
+        1 => job.clone().prop_map(|job| Command::SetJobStatus { job, status: JobStatus::Running }),
+        1 => job.clone().prop_map(|job| Command::SetJobStatus { job, status: JobStatus::Canceled }),
+        1 => job.prop_map(|job| Command::RemoveJob { job }),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Per job (per incarnation), allocated IDs strictly increase and are never reused; completed
+    /// checkpoints stay sorted and unique; retention never drops the newest completed checkpoint
+    /// and never keeps more than configured; a rejected command changes nothing.
+    #[test]
+    fn ids_increase_and_retention_keeps_newest(cmds in prop::collection::vec(arb_command(), 1..200)) {
+        let mut sm = StateMachineData::default();
+        let mut last_id: BTreeMap<JobId, u64> = BTreeMap::new();
+        for cmd in &cmds {
+            let before = sm.clone();
+            let newest_before = sm.job(cmd.job()).and_then(|j| j.latest_completed().cloned());
+            match sm.apply(cmd) {
+                Err(_) => prop_assert_eq!(&sm, &before, "a rejected command changed state: {}", cmd),
+                Ok(Outcome::CheckpointId { id }) => {
+                    if let Some(prev) = last_id.get(cmd.job()) {
+                        prop_assert!(id > *prev, "id {} after {} for {}", id, prev, cmd.job());
+                    }
+                    last_id.insert(cmd.job().clone(), id);
+                }
+                Ok(Outcome::JobRemoved { .. }) => { last_id.remove(cmd.job()); }
+                Ok(_) => {}
+            }
+            if let Some(job) = sm.job(cmd.job()) {
+                let ids: Vec<u64> = job.completed.iter().map(|c| c.id).collect();
+                prop_assert!(ids.windows(2).all(|w| w[0] < w[1]), "completed not increasing: {:?}", ids);
+                prop_assert!(ids.len() <= job.spec.checkpoint.retained as usize);
+                prop_assert!(ids.iter().all(|id| *id < job.next_checkpoint_id));
+                if let (Some(newest), false) = (&newest_before, matches!(cmd, Command::RemoveJob { .. })) {
+                    let now = job.latest_completed().map(|c| c.id);
+                    prop_assert!(now >= Some(newest.id), "newest checkpoint {} dropped by {}", newest.id, cmd);
+                }
+            }
+        }
+    }
+}

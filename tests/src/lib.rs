@@ -1,1 +1,23 @@
-//! wip
+//! `cairn-tests`: harnesses for testing Cairn as a whole.
+//!
+//! - [`wait`]: bounded polling for a condition (tests never sleep to assert).
+//! - [`inproc`]: several replicas in one process, each on its own port-0 listener and temp dir,
+//!   stoppable and restartable from their data directories.
+//! - [`procs`]: real `cairn` processes, killed with SIGKILL and restarted.
+//!
+//! The test suites live in `tests/tests/`; the benchmarks in `tests/src/bin/`.
+
+pub mod inproc;
+pub mod procs;
+pub mod wait;
+
+/// Installs a test log subscriber once (honours `RUST_LOG`; quiet by default).
+pub fn init_test_logging() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,openraft=error")),
+        )
+        .with_test_writer()
+        .try_init();
+}

@@ -1,1 +1,146 @@
-fn main() {}
+//! `cairn`: one Cairn coordinator replica.
+//!
+//! With no arguments it runs a single-node cluster listening on 127.0.0.1:7400 with its data in
+//! `./cairn-data/node-1`: the embedded default. See the README for the configuration reference.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use cairn_coordinator::config::{NodeConfig, parse_peers};
+use cairn_coordinator::node::Replica;
+use clap::Parser;
+use tracing_subscriber::EnvFilter;
+
+/// Command-line flags. Each one overrides the config file; each has a `CAIRN_*` environment
+/// variable that does the same (flags win over the environment).
+#[derive(Debug, Parser)]
+#[command(
+    name = "cairn",
+    version,
+    about = "Cairn coordinator replica (Raft member + checkpoint coordinator)"
+)]
+struct Cli {
+    /// TOML config file.
+    #[arg(long, short = 'c', env = "CAIRN_CONFIG")]
+    config: Option<PathBuf>,
+    /// Raft node id of this replica (default 1).
+    #[arg(long, env = "CAIRN_NODE_ID")]
+    node_id: Option<u64>,
+    /// gRPC listen address, ip:port (default 127.0.0.1:7400).
+    #[arg(long, env = "CAIRN_LISTEN")]
+    listen: Option<String>,
+    /// Address others reach this replica at (default: the listen address).
+    #[arg(long, env = "CAIRN_ADVERTISE")]
+    advertise: Option<String>,
+    /// Data directory (default cairn-data/node-<id>).
+    #[arg(long, env = "CAIRN_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    /// Initial cluster members: `1=host:port,2=host:port,3=host:port`.
+    #[arg(long, env = "CAIRN_PEERS")]
+    peers: Option<String>,
+    /// Leader heartbeat interval, e.g. `100ms`.
+    #[arg(long, env = "CAIRN_HEARTBEAT_INTERVAL", value_parser = humantime::parse_duration)]
+    heartbeat_interval: Option<Duration>,
+    /// Lower bound of the randomized election timeout.
+    #[arg(long, env = "CAIRN_ELECTION_TIMEOUT_MIN", value_parser = humantime::parse_duration)]
+    election_timeout_min: Option<Duration>,
+    /// Upper bound of the randomized election timeout.
+    #[arg(long, env = "CAIRN_ELECTION_TIMEOUT_MAX", value_parser = humantime::parse_duration)]
+    election_timeout_max: Option<Duration>,
+    /// Build a snapshot after this many log entries.
+    #[arg(long, env = "CAIRN_SNAPSHOT_AFTER_LOGS")]
+    snapshot_after_logs: Option<u64>,
+    /// Log filter (tracing EnvFilter syntax), e.g. `info` or `cairn=debug,openraft=info`.
+    #[arg(long, env = "CAIRN_LOG", default_value = "info,openraft=warn")]
+    log: String,
+    /// Log format.
+    #[arg(long, env = "CAIRN_LOG_FORMAT", value_enum, default_value = "text")]
+    log_format: LogFormat,
+    /// Print the effective configuration as TOML and exit.
+    #[arg(long)]
+    print_config: bool,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+fn build_config(cli: &Cli) -> anyhow::Result<NodeConfig> {
+    let mut c = match &cli.config {
+        Some(path) => NodeConfig::from_file(path)?,
+        None => NodeConfig::default(),
+    };
+    if let Some(v) = cli.node_id {
+        c.node_id = v;
+    }
+    if let Some(v) = &cli.listen {
+        c.listen = v.clone();
+    }
+    if let Some(v) = &cli.advertise {
+        c.advertise = Some(v.clone());
+    }
+    if let Some(v) = &cli.data_dir {
+        c.data_dir = Some(v.clone());
+    }
+    if let Some(v) = &cli.peers {
+        c.peers = parse_peers(v).map_err(|e| anyhow::anyhow!("--peers: {e}"))?;
+    }
+    if let Some(v) = cli.heartbeat_interval {
+        c.raft.heartbeat_interval = v;
+    }
+    if let Some(v) = cli.election_timeout_min {
+        c.raft.election_timeout_min = v;
+    }
+    if let Some(v) = cli.election_timeout_max {
+        c.raft.election_timeout_max = v;
+    }
+    if let Some(v) = cli.snapshot_after_logs {
+        c.raft.snapshot_after_logs = v;
+    }
+    c.validate()
+        .context("invalid configuration (see `cairn --help` and the README's configuration reference)")?;
+    Ok(c)
+}
+
+fn init_logging(cli: &Cli) -> anyhow::Result<()> {
+    let filter =
+        EnvFilter::try_new(&cli.log).with_context(|| format!("--log {:?} is not a valid filter", cli.log))?;
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match cli.log_format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+    Ok(())
+}
+
+async fn shutdown_signal() -> anyhow::Result<&'static str> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    Ok(tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+    })
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let config = build_config(&cli)?;
+    if cli.print_config {
+        print!("{}", toml::to_string_pretty(&config)?);
+        return Ok(());
+    }
+    init_logging(&cli)?;
+    let listener = tokio::net::TcpListener::bind(&config.listen)
+        .await
+        .with_context(|| format!("cannot listen on {} (is another replica running there?)", config.listen))?;
+    let replica = Replica::start(config, listener).await?;
+    let signal = shutdown_signal().await?;
+    tracing::info!(signal, "shutting down");
+    replica.shutdown().await;
+    Ok(())
+}

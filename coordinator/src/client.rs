@@ -1,0 +1,268 @@
+//! A client that finds and follows the leader.
+//!
+//! It is given any number of replica endpoints. A call goes to the replica believed to lead; a
+//! not-leader answer with an address redirects it there; a not-leader answer without one, a
+//! connection failure or a timeout moves on to the next endpoint, after a jittered backoff. The
+//! whole call is bounded by a deadline. One channel is kept per endpoint.
+//!
+//! Retries are safe for reads. A retried write may be applied twice if the first reply was lost
+//! (e.g. two checkpoint IDs are allocated and the first one is never used; IDs stay unique and
+//! increasing).
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::time::Duration;
+
+use cairn_proto::leader_hint::parse_not_leader;
+use cairn_proto::v1::cluster_client::ClusterClient;
+use cairn_proto::v1::store_client::StoreClient;
+use cairn_proto::v1::{
+    AddLearnerRequest, AllocateCheckpointIdReply, AllocateCheckpointIdRequest, ClusterStatus, GetJobRequest,
+    JobRecord, MembershipReply, NodeRequest, RegisterJobReply, RegisterJobRequest, StatusRequest,
+};
+use tokio::time::Instant;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Code, Status};
+
+/// Why a call failed for good.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("no endpoints given; pass at least one replica address (host:port)")]
+    NoEndpoints,
+    #[error("invalid endpoint {endpoint:?}: {reason}")]
+    BadEndpoint { endpoint: String, reason: String },
+    #[error("{what}: no leader answered within {deadline:?} (last error: {last})")]
+    NoLeader { what: &'static str, deadline: Duration, last: String },
+    #[error("{what}: {status}")]
+    Rejected { what: &'static str, status: Status },
+}
+
+impl ClientError {
+    /// The gRPC code of a rejected call (`None` for connection-level failures).
+    pub fn code(&self) -> Option<Code> {
+        match self {
+            Self::Rejected { status, .. } => Some(status.code()),
+            _ => None,
+        }
+    }
+}
+
+/// Timing of the leader-following client.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// Bound on one whole call, retries included.
+    pub deadline: Duration,
+    /// Bound on one attempt against one replica.
+    pub attempt_timeout: Duration,
+    pub backoff_min: Duration,
+    pub backoff_max: Duration,
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        Self {
+            deadline: Duration::from_secs(30),
+            attempt_timeout: Duration::from_secs(5),
+            backoff_min: Duration::from_millis(20),
+            backoff_max: Duration::from_millis(500),
+        }
+    }
+}
+
+/// Leader-following client of the replica services.
+#[derive(Clone)]
+pub struct LeaderClient {
+    endpoints: Vec<String>,
+    /// Index into `endpoints` of the replica believed to lead.
+    current: usize,
+    channels: HashMap<String, Channel>,
+    config: ClientConfig,
+}
+
+fn normalize(endpoint: &str) -> String {
+    endpoint.trim().trim_start_matches("http://").trim_end_matches('/').to_owned()
+}
+
+impl LeaderClient {
+    pub fn new(
+        endpoints: impl IntoIterator<Item = impl AsRef<str>>,
+        config: ClientConfig,
+    ) -> Result<Self, ClientError> {
+        let endpoints: Vec<String> = endpoints.into_iter().map(|e| normalize(e.as_ref())).collect();
+        if endpoints.is_empty() {
+            return Err(ClientError::NoEndpoints);
+        }
+        let mut client = Self { endpoints, current: 0, channels: HashMap::new(), config };
+        for e in client.endpoints.clone() {
+            client.channel(&e)?;
+        }
+        Ok(client)
+    }
+
+    /// The endpoint the next call goes to first.
+    pub fn current_endpoint(&self) -> &str {
+        &self.endpoints[self.current]
+    }
+
+    fn channel(&mut self, addr: &str) -> Result<Channel, ClientError> {
+        if let Some(ch) = self.channels.get(addr) {
+            return Ok(ch.clone());
+        }
+        let bad = |reason: String| ClientError::BadEndpoint { endpoint: addr.to_owned(), reason };
+        let valid = addr.rsplit_once(':').is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok());
+        if !valid {
+            return Err(bad("expected host:port".into()));
+        }
+        let ch = Endpoint::from_shared(format!("http://{addr}"))
+            .map_err(|e| bad(e.to_string()))?
+            .connect_timeout(Duration::from_millis(500))
+            .tcp_nodelay(true)
+            .connect_lazy();
+        self.channels.insert(addr.to_owned(), ch.clone());
+        Ok(ch)
+    }
+
+    fn redirect(&mut self, addr: &str) {
+        let addr = normalize(addr);
+        match self.endpoints.iter().position(|e| *e == addr) {
+            Some(i) => self.current = i,
+            None => {
+                // A leader we were not told about (e.g. a node added later): remember it.
+                self.endpoints.push(addr);
+                self.current = self.endpoints.len() - 1;
+            }
+        }
+    }
+
+    fn rotate(&mut self) {
+        self.current = (self.current + 1) % self.endpoints.len();
+    }
+
+    /// Runs `f` against the leader, following redirects and retrying transient failures.
+    pub async fn call<T, F, Fut>(&mut self, what: &'static str, mut f: F) -> Result<T, ClientError>
+    where
+        F: FnMut(Channel) -> Fut,
+        Fut: Future<Output = Result<T, Status>>,
+    {
+        let deadline = Instant::now() + self.config.deadline;
+        let mut backoff = self.config.backoff_min;
+        let mut last;
+        loop {
+            let addr = self.endpoints[self.current].clone();
+            let ch = self.channel(&addr)?;
+            let outcome = tokio::time::timeout(self.config.attempt_timeout, f(ch)).await;
+            let mut immediate = false;
+            match outcome {
+                Ok(Ok(v)) => return Ok(v),
+                Ok(Err(status)) => {
+                    if let Some(hint) = parse_not_leader(&status) {
+                        last = format!("{addr}: {}", status.message());
+                        match hint.leader_addr {
+                            Some(leader) if normalize(&leader) != addr => {
+                                self.redirect(&leader);
+                                immediate = true;
+                            }
+                            _ => self.rotate(),
+                        }
+                    } else if is_transient(&status) {
+                        last = format!("{addr}: {status}");
+                        self.rotate();
+                    } else {
+                        return Err(ClientError::Rejected { what, status });
+                    }
+                }
+                Err(_) => {
+                    last = format!("{addr}: no answer within {:?}", self.config.attempt_timeout);
+                    self.rotate();
+                }
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(ClientError::NoLeader { what, deadline: self.config.deadline, last });
+            }
+            if !immediate {
+                let jittered = backoff.mul_f64(0.5 + rand::random::<f64>() / 2.0);
+                tokio::time::sleep(jittered.min(deadline - now)).await;
+                backoff = (backoff * 2).min(self.config.backoff_max);
+            }
+        }
+    }
+
+    pub async fn status(&mut self) -> Result<ClusterStatus, ClientError> {
+        self.call("cluster status", |ch| async move {
+            Ok(ClusterClient::new(ch).status(StatusRequest {}).await?.into_inner())
+        })
+        .await
+    }
+
+    pub async fn add_learner(&mut self, node_id: u64, addr: &str) -> Result<MembershipReply, ClientError> {
+        let addr = addr.to_owned();
+        self.call("add learner", move |ch| {
+            let req = AddLearnerRequest { node_id, addr: addr.clone() };
+            async move { Ok(ClusterClient::new(ch).add_learner(req).await?.into_inner()) }
+        })
+        .await
+    }
+
+    pub async fn promote_learner(&mut self, node_id: u64) -> Result<MembershipReply, ClientError> {
+        self.call("promote learner", move |ch| async move {
+            Ok(ClusterClient::new(ch).promote_learner(NodeRequest { node_id }).await?.into_inner())
+        })
+        .await
+    }
+
+    pub async fn remove_node(&mut self, node_id: u64) -> Result<MembershipReply, ClientError> {
+        self.call("remove node", move |ch| async move {
+            Ok(ClusterClient::new(ch).remove_node(NodeRequest { node_id }).await?.into_inner())
+        })
+        .await
+    }
+
+    pub async fn register_job(
+        &mut self,
+        job_id: &str,
+        spec_json: &str,
+    ) -> Result<RegisterJobReply, ClientError> {
+        let req = RegisterJobRequest {
+            job_id: job_id.to_owned(),
+            name: String::new(),
+            spec_json: spec_json.to_owned(),
+        };
+        self.call("register job", move |ch| {
+            let req = req.clone();
+            async move { Ok(StoreClient::new(ch).register_job(req).await?.into_inner()) }
+        })
+        .await
+    }
+
+    pub async fn allocate_checkpoint_id(
+        &mut self,
+        job_id: &str,
+    ) -> Result<AllocateCheckpointIdReply, ClientError> {
+        let job_id = job_id.to_owned();
+        self.call("allocate checkpoint id", move |ch| {
+            let req = AllocateCheckpointIdRequest { job_id: job_id.clone() };
+            async move { Ok(StoreClient::new(ch).allocate_checkpoint_id(req).await?.into_inner()) }
+        })
+        .await
+    }
+
+    pub async fn get_job(&mut self, job_id: &str) -> Result<JobRecord, ClientError> {
+        let job_id = job_id.to_owned();
+        self.call("get job", move |ch| {
+            let req = GetJobRequest { job_id: job_id.clone() };
+            async move { Ok(StoreClient::new(ch).get_job(req).await?.into_inner()) }
+        })
+        .await
+    }
+}
+
+/// Failures worth retrying on another replica: connection problems and shutting-down replicas.
+fn is_transient(status: &Status) -> bool {
+    match status.code() {
+        Code::Unavailable | Code::Cancelled | Code::DeadlineExceeded => true,
+        // tonic reports broken connections (reset mid-call, h2 errors) as Unknown.
+        Code::Unknown => std::error::Error::source(status).is_some(),
+        _ => false,
+    }
+}

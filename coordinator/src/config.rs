@@ -1,0 +1,273 @@
+//! Configuration of a `cairn` replica: one struct, defaults defined once, a TOML file, `CAIRN_*`
+//! environment variables and command-line flags, in increasing order of precedence, and a
+//! `validate()` that names the offending key.
+//!
+//! Timing defaults, and why:
+//! - `heartbeat_interval = 100ms`: the leader's heartbeat; cheap on a LAN and frequent enough
+//!   that followers notice a dead leader within a few hundred milliseconds.
+//! - `election_timeout_min/max = 800ms / 1600ms`: at least 8 heartbeats fit in the shortest
+//!   timeout, so a couple of lost heartbeats, a slow fsync or a scheduler hiccup on a loaded
+//!   machine does not depose a healthy leader; the spread randomizes candidates to avoid split
+//!   votes. Leader failover therefore takes about 1-2 s, small next to checkpoint intervals.
+//! - `snapshot_after_logs = 5000`, `logs_to_keep = 1000`: the state machine is small (per-job
+//!   records), so snapshots are cheap; the log stays bounded, and a follower that lags by
+//!   fewer than 1000 entries catches up from the log without a snapshot transfer.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// Default gRPC listen address of a single local replica.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:7400";
+
+/// A member of the initial cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Peer {
+    pub id: u64,
+    /// `host:port` of the peer's gRPC listener, as other replicas reach it.
+    pub addr: String,
+}
+
+/// Raft timing and log-compaction knobs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RaftTiming {
+    #[serde(with = "humantime_serde")]
+    pub heartbeat_interval: Duration,
+    #[serde(with = "humantime_serde")]
+    pub election_timeout_min: Duration,
+    #[serde(with = "humantime_serde")]
+    pub election_timeout_max: Duration,
+    /// Build a snapshot after this many log entries since the last one.
+    pub snapshot_after_logs: u64,
+    /// Log entries kept behind the last snapshot for lagging followers.
+    pub logs_to_keep: u64,
+}
+
+impl Default for RaftTiming {
+    fn default() -> Self {
+        Self {
+            heartbeat_interval: Duration::from_millis(100),
+            election_timeout_min: Duration::from_millis(800),
+            election_timeout_max: Duration::from_millis(1600),
+            snapshot_after_logs: 5000,
+            logs_to_keep: 1000,
+        }
+    }
+}
+
+/// Everything a replica needs to run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NodeConfig {
+    /// This replica's Raft node id; stable for the life of its data directory.
+    pub node_id: u64,
+    /// Address the gRPC server binds.
+    pub listen: String,
+    /// Address other replicas and clients use to reach this one (defaults to `listen`).
+    pub advertise: Option<String>,
+    /// Where the Raft log and state machine live (sled); `cairn-data/node-<node_id>` if unset.
+    pub data_dir: Option<PathBuf>,
+    /// Initial cluster members. Empty means a single-node cluster of this replica. A replica
+    /// that is not in the list does not bootstrap: it waits to be added as a learner.
+    pub peers: Vec<Peer>,
+    pub raft: RaftTiming,
+}
+
+impl Default for NodeConfig {
+    fn default() -> Self {
+        Self {
+            node_id: 1,
+            listen: DEFAULT_LISTEN.to_owned(),
+            advertise: None,
+            data_dir: None,
+            peers: Vec::new(),
+            raft: RaftTiming::default(),
+        }
+    }
+}
+
+/// A configuration that cannot be used, naming the key and how to fix it.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("config file {path} is invalid: {source}")]
+    Parse { path: PathBuf, source: Box<toml::de::Error> },
+    #[error("`{key}` {reason}")]
+    Invalid { key: &'static str, reason: String },
+}
+
+fn invalid(key: &'static str, reason: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid { key, reason: reason.into() }
+}
+
+impl NodeConfig {
+    /// Reads a TOML file; unknown keys are rejected.
+    pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+        toml::from_str(&text)
+            .map_err(|source| ConfigError::Parse { path: path.to_owned(), source: Box::new(source) })
+    }
+
+    /// The address this replica is known by.
+    pub fn advertise_addr(&self) -> &str {
+        self.advertise.as_deref().unwrap_or(&self.listen)
+    }
+
+    /// The data directory in use.
+    pub fn data_dir(&self) -> PathBuf {
+        self.data_dir.clone().unwrap_or_else(|| PathBuf::from(format!("cairn-data/node-{}", self.node_id)))
+    }
+
+    /// The initial membership: the configured peers, or this replica alone.
+    pub fn initial_members(&self) -> BTreeMap<u64, String> {
+        if self.peers.is_empty() {
+            BTreeMap::from([(self.node_id, self.advertise_addr().to_owned())])
+        } else {
+            self.peers.iter().map(|p| (p.id, p.addr.clone())).collect()
+        }
+    }
+
+    /// Whether this replica takes part in bootstrapping the cluster.
+    pub fn bootstraps(&self) -> bool {
+        self.initial_members().contains_key(&self.node_id)
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.node_id == 0 {
+            return Err(invalid("node_id", "must be at least 1"));
+        }
+        self.listen
+            .parse::<SocketAddr>()
+            .map_err(|e| invalid("listen", format!("{:?} is not an ip:port address ({e})", self.listen)))?;
+        check_host_port("advertise", self.advertise_addr())?;
+        if self.data_dir.as_ref().is_some_and(|d| d.as_os_str().is_empty()) {
+            return Err(invalid("data_dir", "must not be empty"));
+        }
+        let mut seen = BTreeMap::new();
+        for p in &self.peers {
+            if p.id == 0 {
+                return Err(invalid("peers", "node ids must be at least 1"));
+            }
+            check_host_port("peers", &p.addr)?;
+            if let Some(prev) = seen.insert(p.id, &p.addr) {
+                return Err(invalid(
+                    "peers",
+                    format!("node {} is listed twice ({prev} and {})", p.id, p.addr),
+                ));
+            }
+        }
+        let t = &self.raft;
+        if t.heartbeat_interval.is_zero() {
+            return Err(invalid("raft.heartbeat_interval", "must be above zero"));
+        }
+        if t.election_timeout_min <= t.heartbeat_interval * 2 {
+            return Err(invalid(
+                "raft.election_timeout_min",
+                "must be more than twice raft.heartbeat_interval, or healthy leaders get deposed",
+            ));
+        }
+        if t.election_timeout_max <= t.election_timeout_min {
+            return Err(invalid(
+                "raft.election_timeout_max",
+                "must be greater than raft.election_timeout_min",
+            ));
+        }
+        if t.snapshot_after_logs == 0 {
+            return Err(invalid("raft.snapshot_after_logs", "must be at least 1"));
+        }
+        Ok(())
+    }
+
+    /// The openraft configuration derived from this one.
+    pub fn openraft_config(&self) -> Result<openraft::Config, ConfigError> {
+        let t = &self.raft;
+        let ms = |d: Duration| d.as_millis() as u64;
+        let cfg = openraft::Config {
+            cluster_name: "cairn".to_owned(),
+            heartbeat_interval: ms(t.heartbeat_interval),
+            election_timeout_min: ms(t.election_timeout_min),
+            election_timeout_max: ms(t.election_timeout_max),
+            install_snapshot_timeout: ms(t.election_timeout_max).max(1000) * 4,
+            snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(t.snapshot_after_logs),
+            max_in_snapshot_log_to_keep: t.logs_to_keep,
+            purge_batch_size: 256,
+            ..Default::default()
+        };
+        cfg.validate().map_err(|e| invalid("raft", e.to_string()))
+    }
+}
+
+fn check_host_port(key: &'static str, addr: &str) -> Result<(), ConfigError> {
+    let ok = addr
+        .rsplit_once(':')
+        .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p != 0));
+    if ok { Ok(()) } else { Err(invalid(key, format!("{addr:?} is not a host:port address"))) }
+}
+
+/// Parses `--peers 1=host:port,2=host:port`.
+pub fn parse_peers(s: &str) -> Result<Vec<Peer>, String> {
+    s.split(',')
+        .filter(|p| !p.trim().is_empty())
+        .map(|p| {
+            let (id, addr) = p
+                .trim()
+                .split_once('=')
+                .ok_or_else(|| format!("peer {p:?} must look like <id>=<host:port>, e.g. 1=10.0.0.1:7400"))?;
+            let id = id.trim().parse::<u64>().map_err(|e| format!("peer id {id:?} is not a number ({e})"))?;
+            Ok(Peer { id, addr: addr.trim().to_owned() })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_config_is_a_valid_single_node() {
+        let c = NodeConfig::default();
+        c.validate().unwrap();
+        assert!(c.bootstraps());
+        assert_eq!(c.initial_members(), BTreeMap::from([(1, DEFAULT_LISTEN.to_owned())]));
+        c.openraft_config().unwrap();
+    }
+
+    #[test]
+    fn toml_with_unknown_key_is_rejected() {
+        let err = toml::from_str::<NodeConfig>("node_id = 2\nlisten_addr = \"x\"").unwrap_err();
+        assert!(err.to_string().contains("listen_addr"), "{err}");
+    }
+
+    #[test]
+    fn durations_are_humantime() {
+        let c: NodeConfig = toml::from_str("[raft]\nheartbeat_interval = \"50ms\"").unwrap();
+        assert_eq!(c.raft.heartbeat_interval, Duration::from_millis(50));
+        assert_eq!(c.raft.election_timeout_min, RaftTiming::default().election_timeout_min);
+    }
+
+    #[test]
+    fn validation_names_the_key() {
+        let mut c = NodeConfig { node_id: 0, ..Default::default() };
+        assert!(c.validate().unwrap_err().to_string().starts_with("`node_id`"));
+        c.node_id = 1;
+        c.raft.election_timeout_min = Duration::from_millis(150);
+        assert!(c.validate().unwrap_err().to_string().contains("raft.election_timeout_min"));
+        c.raft = RaftTiming::default();
+        c.peers = parse_peers("1=a:1,1=b:2").unwrap();
+        assert!(c.validate().unwrap_err().to_string().contains("listed twice"));
+    }
+
+    #[test]
+    fn peers_parse_and_report_bad_input() {
+        assert_eq!(parse_peers("1=h:1, 2=h:2").unwrap().len(), 2);
+        assert!(parse_peers("1h:1").unwrap_err().contains("<id>=<host:port>"));
+        assert!(parse_peers("x=h:1").unwrap_err().contains("not a number"));
+    }
+}

@@ -1,0 +1,136 @@
+//! A running replica: opens the sled stores, starts Raft, serves gRPC (Raft transport, cluster
+//! status and membership, the replicated store API) and bootstraps the cluster when it is one of
+//! the initial members.
+//!
+//! The listener and the shutdown signal are parameters ([`Replica::start`] takes a bound
+//! `TcpListener`), so tests run many replicas in one process on port 0.
+
+mod bootstrap;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use cairn_raft::network::{GrpcNetwork, TransportConfig};
+use cairn_raft::service::RaftService;
+use cairn_raft::types::{NodeId, Raft, RaftMetrics};
+use cairn_storage::StateReader;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::TcpListenerStream;
+
+use crate::config::NodeConfig;
+use crate::services::{ClusterService, StoreService};
+
+/// Why a replica could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    #[error("cannot open the data directory {path}: {source}")]
+    Storage { path: std::path::PathBuf, source: cairn_storage::OpenError },
+    #[error("cannot start raft: {0}")]
+    Raft(String),
+    #[error("cannot use the listener: {0}")]
+    Listener(std::io::Error),
+}
+
+/// What the services of one replica share. Cheap to clone.
+#[derive(Clone)]
+pub struct ReplicaContext {
+    pub id: NodeId,
+    pub raft: Raft,
+    /// Read access to the applied replicated state (serve reads after `ensure_linearizable`).
+    pub reader: StateReader,
+    pub advertise: Arc<str>,
+}
+
+impl ReplicaContext {
+    pub fn metrics(&self) -> RaftMetrics {
+        self.raft.metrics().borrow().clone()
+    }
+}
+
+/// A started replica. Dropping it stops the gRPC server (the stop sender goes away); call
+/// [`Replica::shutdown`] to also stop Raft and wait until the data directory is released.
+pub struct Replica {
+    ctx: ReplicaContext,
+    addr: SocketAddr,
+    stop: watch::Sender<bool>,
+    server: JoinHandle<Result<(), tonic::transport::Error>>,
+    bootstrap: JoinHandle<()>,
+}
+
+/// Largest gRPC message a replica accepts (Raft batches and snapshot chunks stay well below).
+pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
+
+impl Replica {
+    /// Opens storage, starts Raft and serves on `listener`.
+    pub async fn start(config: NodeConfig, listener: TcpListener) -> Result<Self, StartError> {
+        config.validate()?;
+        let raft_config = Arc::new(config.openraft_config()?);
+        let addr = listener.local_addr().map_err(StartError::Listener)?;
+        let data_dir = config.data_dir();
+        let (log_store, sm_store) = cairn_storage::open(&data_dir)
+            .map_err(|source| StartError::Storage { path: data_dir.clone(), source })?;
+        let reader = sm_store.reader();
+        let network = GrpcNetwork::new(config.node_id, TransportConfig::default());
+        let raft = Raft::new(config.node_id, raft_config, network, log_store, sm_store)
+            .await
+            .map_err(|e| StartError::Raft(e.to_string()))?;
+        let ctx = ReplicaContext {
+            id: config.node_id,
+            raft: raft.clone(),
+            reader,
+            advertise: Arc::from(config.advertise_addr()),
+        };
+        let (stop, mut stopped) = watch::channel(false);
+        let router = tonic::transport::Server::builder()
+            .add_service(RaftService::new(raft.clone()).into_server(MAX_MESSAGE_BYTES))
+            .add_service(ClusterService::new(ctx.clone()).into_server())
+            .add_service(StoreService::new(ctx.clone()).into_server());
+        let server =
+            tokio::spawn(router.serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
+                let _ = stopped.wait_for(|s| *s).await;
+            }));
+        let bootstrap = tokio::spawn(bootstrap::run(config.clone(), raft.clone()));
+        tracing::info!(node_id = config.node_id, %addr, data_dir = %data_dir.display(), "replica started");
+        Ok(Self { ctx, addr, stop, server, bootstrap })
+    }
+
+    pub fn context(&self) -> &ReplicaContext {
+        &self.ctx
+    }
+
+    pub fn raft(&self) -> &Raft {
+        &self.ctx.raft
+    }
+
+    pub fn id(&self) -> NodeId {
+        self.ctx.id
+    }
+
+    /// The address the gRPC server is bound to.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stops serving, stops Raft and releases the data directory. Waits for all of it, so the
+    /// same directory can be reopened right after.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        self.bootstrap.abort();
+        if let Err(e) = self.ctx.raft.shutdown().await {
+            tracing::warn!(node_id = self.ctx.id, error = %e, "raft did not stop cleanly");
+        }
+        match self.server.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(node_id = self.ctx.id, error = %e, "grpc server ended with an error")
+            }
+            Err(e) => tracing::warn!(node_id = self.ctx.id, error = %e, "grpc server task failed"),
+        }
+        let _ = self.bootstrap.await;
+        tracing::info!(node_id = self.ctx.id, "replica stopped");
+    }
+}

@@ -1,0 +1,181 @@
+//! The `cairn.v1.Cluster` service: linearizable status and membership changes.
+
+use std::collections::BTreeSet;
+
+use cairn_proto::v1::cluster_server::{Cluster, ClusterServer};
+use cairn_proto::v1::{
+    AddLearnerRequest, ClusterStatus, Member, MembershipReply, NodeRequest, Role, StatusRequest,
+};
+use cairn_raft::types::{Node, NodeId, RaftMetrics};
+use openraft::ChangeMembers;
+use tonic::{Request, Response, Status};
+
+use super::linearizable;
+use crate::error::NodeError;
+use crate::node::ReplicaContext;
+
+#[derive(Clone)]
+pub struct ClusterService {
+    ctx: ReplicaContext,
+}
+
+impl ClusterService {
+    pub fn new(ctx: ReplicaContext) -> Self {
+        Self { ctx }
+    }
+
+    pub fn into_server(self) -> ClusterServer<Self> {
+        ClusterServer::new(self)
+    }
+}
+
+/// Members with their roles and (on the leader) replication progress.
+pub(crate) fn members(m: &RaftMetrics) -> Vec<Member> {
+    let membership = m.membership_config.membership();
+    let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
+    membership
+        .nodes()
+        .map(|(id, node)| Member {
+            id: *id,
+            addr: node.addr.clone(),
+            role: if voters.contains(id) { Role::Voter } else { Role::Learner } as i32,
+            matched_index: m
+                .replication
+                .as_ref()
+                .and_then(|r| r.get(id))
+                .map(|l| l.as_ref().map_or(0, |l| l.index)),
+        })
+        .collect()
+}
+
+fn membership_reply(ctx: &ReplicaContext, log_index: u64) -> MembershipReply {
+    MembershipReply { log_index, members: members(&ctx.metrics()) }
+}
+
+fn check_node_id(id: u64) -> Result<(), NodeError> {
+    if id == 0 { Err(NodeError::InvalidArgument("node_id must be at least 1".into())) } else { Ok(()) }
+}
+
+#[tonic::async_trait]
+impl Cluster for ClusterService {
+    async fn status(&self, _req: Request<StatusRequest>) -> Result<Response<ClusterStatus>, Status> {
+        const WHAT: &str = "Status";
+        let run = async {
+            linearizable(&self.ctx).await?;
+            let committed = self
+                .ctx
+                .raft
+                .with_raft_state(|st| st.committed.map(|l| l.index))
+                .await
+                .map_err(|e| NodeError::Stopped(e.to_string()))?;
+            let m = self.ctx.metrics();
+            let leader_addr = m
+                .current_leader
+                .and_then(|l| m.membership_config.membership().get_node(&l).map(|n: &Node| n.addr.clone()))
+                .unwrap_or_default();
+            Ok(ClusterStatus {
+                node_id: self.ctx.id,
+                leader_id: m.current_leader.unwrap_or(0),
+                leader_addr,
+                term: m.current_term,
+                last_log_index: m.last_log_index.unwrap_or(0),
+                commit_index: committed.unwrap_or(0),
+                applied_index: m.last_applied.map_or(0, |l| l.index),
+                members: members(&m),
+                snapshot_index: m.snapshot.map_or(0, |l| l.index),
+            })
+        };
+        run.await.map(Response::new).map_err(|e: NodeError| e.into_status(WHAT))
+    }
+
+    async fn add_learner(
+        &self,
+        req: Request<AddLearnerRequest>,
+    ) -> Result<Response<MembershipReply>, Status> {
+        const WHAT: &str = "AddLearner";
+        let req = req.into_inner();
+        let run = async {
+            check_node_id(req.node_id)?;
+            let valid =
+                req.addr.rsplit_once(':').is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok());
+            if !valid {
+                return Err(NodeError::InvalidArgument(format!(
+                    "addr {:?} is not a host:port address",
+                    req.addr
+                )));
+            }
+            let m = self.ctx.metrics();
+            if m.membership_config.membership().voter_ids().any(|v| v == req.node_id) {
+                return Err(NodeError::FailedPrecondition(format!(
+                    "node {} is already a voter",
+                    req.node_id
+                )));
+            }
+            let resp = self.ctx.raft.add_learner(req.node_id, Node { addr: req.addr.clone() }, true).await?;
+            tracing::info!(node_id = req.node_id, addr = %req.addr, "learner added");
+            Ok(membership_reply(&self.ctx, resp.log_id.index))
+        };
+        run.await.map(Response::new).map_err(|e: NodeError| e.into_status(WHAT))
+    }
+
+    async fn promote_learner(&self, req: Request<NodeRequest>) -> Result<Response<MembershipReply>, Status> {
+        const WHAT: &str = "PromoteLearner";
+        let id = req.into_inner().node_id;
+        let run = async {
+            check_node_id(id)?;
+            let m = self.ctx.metrics();
+            let membership = m.membership_config.membership();
+            if membership.voter_ids().any(|v| v == id) {
+                return Err(NodeError::FailedPrecondition(format!("node {id} is already a voter")));
+            }
+            if !membership.learner_ids().any(|l| l == id) {
+                return Err(NodeError::FailedPrecondition(format!(
+                    "node {id} is not a learner; add it with AddLearner first"
+                )));
+            }
+            let resp = self
+                .ctx
+                .raft
+                .change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false)
+                .await?;
+            tracing::info!(node_id = id, "learner promoted to voter");
+            Ok(membership_reply(&self.ctx, resp.log_id.index))
+        };
+        run.await.map(Response::new).map_err(|e: NodeError| e.into_status(WHAT))
+    }
+
+    async fn remove_node(&self, req: Request<NodeRequest>) -> Result<Response<MembershipReply>, Status> {
+        const WHAT: &str = "RemoveNode";
+        let id = req.into_inner().node_id;
+        let run = async {
+            check_node_id(id)?;
+            let m = self.ctx.metrics();
+            let membership = m.membership_config.membership();
+            let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
+            let resp = if voters.contains(&id) {
+                if voters.len() == 1 {
+                    return Err(NodeError::FailedPrecondition(format!(
+                        "node {id} is the only voter; a cluster cannot remove its last voter"
+                    )));
+                }
+                // Not retained: the removed voter leaves the cluster entirely.
+                self.ctx
+                    .raft
+                    .change_membership(ChangeMembers::RemoveVoters(BTreeSet::from([id])), false)
+                    .await?
+            } else if membership.learner_ids().any(|l| l == id) {
+                self.ctx
+                    .raft
+                    .change_membership(ChangeMembers::RemoveNodes(BTreeSet::from([id])), false)
+                    .await?
+            } else {
+                return Err(NodeError::FailedPrecondition(format!(
+                    "node {id} is not a member of the cluster"
+                )));
+            };
+            tracing::info!(node_id = id, "node removed");
+            Ok(membership_reply(&self.ctx, resp.log_id.index))
+        };
+        run.await.map(Response::new).map_err(|e: NodeError| e.into_status(WHAT))
+    }
+}

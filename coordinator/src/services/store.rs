@@ -1,0 +1,119 @@
+//! The `cairn.v1.Store` service: job registry and checkpoint ID allocation.
+
+use cairn_proto::v1::store_server::{Store, StoreServer};
+use cairn_proto::v1::{
+    AllocateCheckpointIdReply, AllocateCheckpointIdRequest, GetJobRequest, JobRecord as JobRecordMsg,
+    RegisterJobReply, RegisterJobRequest,
+};
+use cairn_raft::model::{Command, JobId, JobRecord, JobSpec, Outcome};
+use tonic::{Request, Response, Status};
+
+use super::{linearizable, propose};
+use crate::error::NodeError;
+use crate::node::ReplicaContext;
+
+/// Longest accepted job name and spec, to keep Raft entries small.
+const MAX_NAME_LEN: usize = 256;
+const MAX_SPEC_BYTES: usize = 1024 * 1024;
+
+#[derive(Clone)]
+pub struct StoreService {
+    ctx: ReplicaContext,
+}
+
+impl StoreService {
+    pub fn new(ctx: ReplicaContext) -> Self {
+        Self { ctx }
+    }
+
+    pub fn into_server(self) -> StoreServer<Self> {
+        StoreServer::new(self)
+    }
+}
+
+pub(crate) fn parse_job_id(raw: &str) -> Result<JobId, NodeError> {
+    JobId::new(raw).map_err(|e| NodeError::InvalidArgument(format!("job_id: {e}")))
+}
+
+fn parse_spec(raw: &str) -> Result<JobSpec, NodeError> {
+    if raw.len() > MAX_SPEC_BYTES {
+        return Err(NodeError::InvalidArgument(format!(
+            "spec_json is {} bytes; at most {MAX_SPEC_BYTES} are accepted",
+            raw.len()
+        )));
+    }
+    if raw.trim().is_empty() {
+        return Ok(JobSpec::default());
+    }
+    let spec: JobSpec =
+        serde_json::from_str(raw).map_err(|e| NodeError::InvalidArgument(format!("spec_json: {e}")))?;
+    spec.checkpoint.validate().map_err(|e| NodeError::InvalidArgument(e.to_string()))?;
+    Ok(spec)
+}
+
+fn record_to_msg(job: &JobRecord) -> JobRecordMsg {
+    JobRecordMsg {
+        job_id: job.id.to_string(),
+        name: job.name.clone(),
+        status: job.status.to_string(),
+        next_checkpoint_id: job.next_checkpoint_id,
+        completed_checkpoint_ids: job.completed.iter().map(|c| c.id).collect(),
+        savepoint_ids: job.savepoints.iter().map(|s| s.checkpoint.id).collect(),
+        spec_json: serde_json::to_string(&job.spec).unwrap_or_default(),
+    }
+}
+
+#[tonic::async_trait]
+impl Store for StoreService {
+    async fn register_job(
+        &self,
+        req: Request<RegisterJobRequest>,
+    ) -> Result<Response<RegisterJobReply>, Status> {
+        const WHAT: &str = "RegisterJob";
+        let req = req.into_inner();
+        let run = async {
+            let job = parse_job_id(&req.job_id)?;
+            if req.name.len() > MAX_NAME_LEN {
+                return Err(NodeError::InvalidArgument(format!("name: at most {MAX_NAME_LEN} bytes")));
+            }
+            let spec = parse_spec(&req.spec_json)?;
+            let (_, log_id) = propose(&self.ctx, Command::RegisterJob { job, name: req.name, spec }).await?;
+            Ok(RegisterJobReply { log_index: log_id.index })
+        };
+        run.await.map(Response::new).map_err(|e: NodeError| e.into_status(WHAT))
+    }
+
+    async fn allocate_checkpoint_id(
+        &self,
+        req: Request<AllocateCheckpointIdRequest>,
+    ) -> Result<Response<AllocateCheckpointIdReply>, Status> {
+        const WHAT: &str = "AllocateCheckpointId";
+        let run = async {
+            let job = parse_job_id(&req.get_ref().job_id)?;
+            match propose(&self.ctx, Command::AllocateCheckpointId { job }).await? {
+                (Outcome::CheckpointId { id }, log_id) => Ok(AllocateCheckpointIdReply {
+                    checkpoint_id: id,
+                    term: log_id.leader_id.term,
+                    log_index: log_id.index,
+                }),
+                (other, _) => Err(NodeError::Internal(format!("unexpected outcome {other:?}"))),
+            }
+        };
+        run.await.map(Response::new).map_err(|e: NodeError| e.into_status(WHAT))
+    }
+
+    async fn get_job(&self, req: Request<GetJobRequest>) -> Result<Response<JobRecordMsg>, Status> {
+        const WHAT: &str = "GetJob";
+        let run = async {
+            let job = parse_job_id(&req.get_ref().job_id)?;
+            linearizable(&self.ctx).await?;
+            let record = self
+                .ctx
+                .reader
+                .job(&job)
+                .ok_or_else(|| NodeError::Command(cairn_raft::model::CommandError::UnknownJob { job }))?;
+            Ok(record_to_msg(&record))
+        };
+        run.await.map(Response::new).map_err(|e: NodeError| e.into_status(WHAT))
+    }
+}

@@ -1,0 +1,176 @@
+//! The `_metadata` file of a completed checkpoint or savepoint.
+//!
+//! Raft stores only a [`MetadataPointer`] (path, size, CRC-32); the file holds every subtask's
+//! state handles and the coordinator-side (master hook) state. It is written to a temporary file,
+//! fsynced, renamed into place and the directory fsynced, so a reader sees either nothing or the
+//! whole file; a read verifies size and checksum against the pointer before decoding.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::handles::SubtaskState;
+
+/// Version of the `_metadata` encoding written by this build.
+pub const METADATA_VERSION: u32 = 1;
+
+/// Contents of `_metadata`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckpointMetadata {
+    pub version: u32,
+    pub job: String,
+    pub checkpoint_id: u64,
+    /// `checkpoint`, `savepoint` or `sync_savepoint`.
+    pub kind: String,
+    pub trigger_time_ms: u64,
+    pub completion_time_ms: u64,
+    /// Parallelism and max parallelism of each vertex at the time of the checkpoint, by vertex id.
+    pub vertices: BTreeMap<String, VertexInfo>,
+    /// State of each subtask: `(vertex id, subtask index)` flattened as `"<vertex>/<index>"`.
+    pub subtasks: BTreeMap<String, SubtaskState>,
+    /// Coordinator-side state by hook name (e.g. an external source's offsets), opaque bytes.
+    pub master_states: BTreeMap<String, Vec<u8>>,
+}
+
+/// Shape of a vertex when the checkpoint was taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VertexInfo {
+    pub parallelism: u32,
+    pub max_parallelism: u32,
+}
+
+impl CheckpointMetadata {
+    pub fn subtask_key(vertex: &str, index: u32) -> String {
+        format!("{vertex}/{index}")
+    }
+
+    pub fn state_size(&self) -> u64 {
+        self.subtasks.values().map(SubtaskState::state_size).sum()
+    }
+}
+
+/// Locates and verifies a `_metadata` file; this is what Raft stores.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MetadataPointer {
+    pub path: PathBuf,
+    pub size: u64,
+    pub crc32: u32,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum MetadataError {
+    #[error("cannot write checkpoint metadata {path}: {source}")]
+    Write { path: PathBuf, source: std::io::Error },
+    #[error("cannot read checkpoint metadata {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("checkpoint metadata {path} is {actual} bytes, expected {expected}")]
+    SizeMismatch { path: PathBuf, expected: u64, actual: u64 },
+    #[error("checkpoint metadata {path} has checksum {actual:08x}, expected {expected:08x}")]
+    ChecksumMismatch { path: PathBuf, expected: u32, actual: u32 },
+    #[error("checkpoint metadata {path} cannot be decoded: {source}")]
+    Decode { path: PathBuf, source: serde_json::Error },
+    #[error("checkpoint metadata {path} has version {version}; this build reads up to {METADATA_VERSION}")]
+    UnsupportedVersion { path: PathBuf, version: u32 },
+}
+
+/// Encodes and durably writes `meta` to `path` (creating parent directories).
+pub fn write_metadata(path: &Path, meta: &CheckpointMetadata) -> Result<MetadataPointer, MetadataError> {
+    let err = |source| MetadataError::Write { path: path.to_owned(), source };
+    let bytes = serde_json::to_vec_pretty(meta).map_err(|e| err(std::io::Error::other(e)))?;
+    let dir = path.parent().ok_or_else(|| err(std::io::Error::other("metadata path has no parent")))?;
+    std::fs::create_dir_all(dir).map_err(err)?;
+    let tmp = path.with_extension("inprogress");
+    {
+        let mut f = std::fs::File::create(&tmp).map_err(err)?;
+        f.write_all(&bytes).map_err(err)?;
+        f.sync_all().map_err(err)?;
+    }
+    std::fs::rename(&tmp, path).map_err(err)?;
+    std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(err)?;
+    Ok(MetadataPointer { path: path.to_owned(), size: bytes.len() as u64, crc32: crc32fast::hash(&bytes) })
+}
+
+/// Reads `_metadata`, verifying it against the pointer Raft holds.
+pub fn read_metadata(ptr: &MetadataPointer) -> Result<CheckpointMetadata, MetadataError> {
+    let path = &ptr.path;
+    let bytes = std::fs::read(path).map_err(|source| MetadataError::Read { path: path.clone(), source })?;
+    if bytes.len() as u64 != ptr.size {
+        return Err(MetadataError::SizeMismatch {
+            path: path.clone(),
+            expected: ptr.size,
+            actual: bytes.len() as u64,
+        });
+    }
+    let crc = crc32fast::hash(&bytes);
+    if crc != ptr.crc32 {
+        return Err(MetadataError::ChecksumMismatch { path: path.clone(), expected: ptr.crc32, actual: crc });
+    }
+    decode_metadata(path, &bytes)
+}
+
+/// Reads `_metadata` without a pointer (e.g. a savepoint given by path): decodes and checks the
+/// version only.
+pub fn read_metadata_unverified(path: &Path) -> Result<CheckpointMetadata, MetadataError> {
+    let bytes =
+        std::fs::read(path).map_err(|source| MetadataError::Read { path: path.to_owned(), source })?;
+    decode_metadata(path, &bytes)
+}
+
+fn decode_metadata(path: &Path, bytes: &[u8]) -> Result<CheckpointMetadata, MetadataError> {
+    let meta: CheckpointMetadata = serde_json::from_slice(bytes)
+        .map_err(|source| MetadataError::Decode { path: path.to_owned(), source })?;
+    if meta.version > METADATA_VERSION {
+        return Err(MetadataError::UnsupportedVersion { path: path.to_owned(), version: meta.version });
+    }
+    Ok(meta)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checkpoint::handles::{OperatorSubtaskState, StateFile};
+
+    fn sample() -> CheckpointMetadata {
+        let mut op = OperatorSubtaskState::default();
+        op.keyed.insert(3, StateFile { path: "chk-4/count-kg-3.state".into(), size: 10, crc32: 1 });
+        let mut st = SubtaskState::default();
+        st.operators.insert("count".into(), op);
+        CheckpointMetadata {
+            version: METADATA_VERSION,
+            job: "j".into(),
+            checkpoint_id: 4,
+            kind: "checkpoint".into(),
+            trigger_time_ms: 1,
+            completion_time_ms: 2,
+            vertices: BTreeMap::from([("count".into(), VertexInfo { parallelism: 2, max_parallelism: 8 })]),
+            subtasks: BTreeMap::from([(CheckpointMetadata::subtask_key("count", 0), st)]),
+            master_states: BTreeMap::from([("offsets".into(), vec![1, 2, 3])]),
+        }
+    }
+
+    #[test]
+    fn write_then_verified_read_round_trips() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j/chk-4/_metadata");
+        let ptr = write_metadata(&path, &sample()).unwrap();
+        assert_eq!(read_metadata(&ptr).unwrap(), sample());
+        assert!(!path.with_extension("inprogress").exists());
+    }
+
+    #[test]
+    fn corrupted_metadata_is_detected() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("_metadata");
+        let ptr = write_metadata(&path, &sample()).unwrap();
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[10] ^= 0xff;
+        std::fs::write(&path, &bytes).unwrap();
+        assert!(matches!(read_metadata(&ptr), Err(MetadataError::ChecksumMismatch { .. })));
+        std::fs::write(&path, b"{}").unwrap();
+        assert!(matches!(read_metadata(&ptr), Err(MetadataError::SizeMismatch { .. })));
+        std::fs::remove_file(&path).unwrap();
+        assert!(matches!(read_metadata(&ptr), Err(MetadataError::Read { .. })));
+    }
+}

@@ -1,0 +1,117 @@
+//! The on-disk layout of the Raft database: which sled trees exist, what their keys are, and
+//! what each value holds.
+//!
+//! This module owns the names so that the stores, the tests and any offline inspection tool
+//! agree on them. One sled `Db` per node holds these trees:
+//!
+//! | tree | key | value (JSON) |
+//! |------|-----|--------------|
+//! | [`LOG_TREE`] | log index, big-endian `u64` (8 bytes, so byte order is index order) | `openraft::Entry<TypeConfig>` |
+//! | [`RAFT_META_TREE`] | [`VOTE_KEY`], [`COMMITTED_KEY`], [`LAST_PURGED_KEY`], [`FORMAT_KEY`] | `Vote`, `LogId`, `LogId`, `u64` |
+//! | [`SM_JOBS_TREE`] | job id (UTF-8) | `JobRecord` |
+//! | [`SM_META_TREE`] | [`APPLIED_KEY`] | `{ last_applied, last_membership }` |
+//! | [`SNAPSHOT_TREE`] | [`SNAPSHOT_META_KEY`], [`SNAPSHOT_DATA_KEY`], [`SNAPSHOT_SEQ_KEY`] | `SnapshotMeta`, snapshot bytes, `u64` |
+//!
+//! The snapshot bytes are themselves JSON: `{ version, last_applied, last_membership, data }`
+//! where `data` is the whole `StateMachineData`.
+
+use cairn_raft::types::StorageError;
+use openraft::{AnyError, StorageIOError};
+
+use crate::codec;
+
+/// Raft log entries.
+pub const LOG_TREE: &str = "raft_log";
+/// Vote, committed log id, last purged log id and the on-disk format version.
+pub const RAFT_META_TREE: &str = "raft_meta";
+/// One row per job of the state machine.
+pub const SM_JOBS_TREE: &str = "sm_jobs";
+/// The state machine's last applied log id and last membership.
+pub const SM_META_TREE: &str = "sm_meta";
+/// The current snapshot.
+pub const SNAPSHOT_TREE: &str = "sm_snapshot";
+
+pub const VOTE_KEY: &str = "vote";
+pub const COMMITTED_KEY: &str = "committed";
+pub const LAST_PURGED_KEY: &str = "last_purged";
+pub const FORMAT_KEY: &str = "format";
+pub const APPLIED_KEY: &str = "applied";
+pub const SNAPSHOT_META_KEY: &str = "meta";
+pub const SNAPSHOT_DATA_KEY: &str = "data";
+/// Counter making snapshot ids unique across rebuilds at the same log id.
+pub const SNAPSHOT_SEQ_KEY: &str = "seq";
+
+/// A file next to sled's own files, written once the database is initialized. sled treats
+/// unreadable data as a torn write and recovers to an empty database; finding this marker
+/// with an empty database tells that apart from a brand-new node.
+pub const MARKER_FILE: &str = "CAIRN_STORAGE";
+
+/// Version of this layout, recorded under [`FORMAT_KEY`] when a database is created.
+pub const FORMAT_VERSION: u64 = 1;
+
+/// The key of the log entry at `index`.
+pub fn log_key(index: u64) -> [u8; 8] {
+    index.to_be_bytes()
+}
+
+/// The index a log key encodes; `None` if the key is not 8 bytes long.
+pub fn log_index(key: &[u8]) -> Option<u64> {
+    let bytes: [u8; 8] = key.try_into().ok()?;
+    Some(u64::from_be_bytes(bytes))
+}
+
+/// Handles to every tree of a node's database.
+#[derive(Clone)]
+pub(crate) struct Trees {
+    pub db: sled::Db,
+    pub log: sled::Tree,
+    pub raft_meta: sled::Tree,
+    pub jobs: sled::Tree,
+    pub sm_meta: sled::Tree,
+    pub snapshot: sled::Tree,
+}
+
+impl Trees {
+    pub fn open(db: sled::Db) -> Result<Self, sled::Error> {
+        Ok(Self {
+            log: db.open_tree(LOG_TREE)?,
+            raft_meta: db.open_tree(RAFT_META_TREE)?,
+            jobs: db.open_tree(SM_JOBS_TREE)?,
+            sm_meta: db.open_tree(SM_META_TREE)?,
+            snapshot: db.open_tree(SNAPSHOT_TREE)?,
+            db,
+        })
+    }
+}
+
+/// Reads the format version recorded in the database; `None` for a database sled just created
+/// (or found empty).
+pub(crate) fn read_format(raft_meta: &sled::Tree) -> Result<Option<u64>, StorageError> {
+    let read_err = |e: AnyError| StorageIOError::read(e.add_context(|| "reading the on-disk format version"));
+    match raft_meta.get(FORMAT_KEY).map_err(|e| read_err(AnyError::new(&e)))? {
+        Some(raw) => Ok(Some(codec::decode(&raw).map_err(|e| read_err(AnyError::new(&e)))?)),
+        None => Ok(None),
+    }
+}
+
+/// Records [`FORMAT_VERSION`] in a new database.
+pub(crate) fn write_format(raft_meta: &sled::Tree) -> Result<(), StorageError> {
+    let bytes = codec::encode(&FORMAT_VERSION).map_err(|e| StorageIOError::write(&e))?;
+    raft_meta.insert(FORMAT_KEY, bytes).map_err(|e| StorageIOError::write(&e))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_keys_sort_like_indexes() {
+        let mut keys: Vec<[u8; 8]> = [300u64, 2, 1 << 40, 0, 255, 256].iter().map(|i| log_key(*i)).collect();
+        keys.sort();
+        let indexes: Vec<u64> = keys.iter().map(|k| log_index(k).unwrap_or(u64::MAX)).collect();
+        assert_eq!(indexes, vec![0, 2, 255, 256, 300, 1 << 40]);
+        assert_eq!(log_index(b"short"), None);
+        assert_eq!(log_index(&[0; 9]), None);
+    }
+}

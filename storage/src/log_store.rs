@@ -1,0 +1,386 @@
+//! The Raft log store: log entries, the vote, the committed log id and the purge point.
+//!
+//! [`LogStore`] owns the [`LOG_TREE`](crate::layout::LOG_TREE) and
+//! [`RAFT_META_TREE`](crate::layout::RAFT_META_TREE) trees. Openraft serializes all writes to
+//! it; durability is what matters here:
+//!
+//! - `save_vote` returns only after the vote is flushed to disk (a node must never vote twice
+//!   in a term, even across a crash);
+//! - `append` writes all entries in one atomic batch, flushes, and only then reports the I/O
+//!   complete to openraft (which then may acknowledge them to the leader);
+//! - `purge` records the new purge point before deleting the entries behind it, so a crash in
+//!   between leaves extra entries (deleted again at the next open), never a hole.
+//!
+//! Reads decode every record they return; a record that does not decode, or a log key that is
+//! not 8 bytes, is a [`StorageError`], never "no entry".
+
+use std::fmt::Debug;
+use std::io;
+use std::ops::{Bound, RangeBounds};
+
+use cairn_raft::TypeConfig;
+use cairn_raft::types::{Entry, LogId, StorageError, Vote};
+use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
+use openraft::{AnyError, ErrorSubject, ErrorVerb, OptionalSend, RaftLogReader, StorageIOError};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::codec;
+use crate::layout::{self, COMMITTED_KEY, LAST_PURGED_KEY, Trees, VOTE_KEY};
+
+/// The sled-backed Raft log store. Cheap to clone: clones share the same trees, and a clone is
+/// also the log reader handed to openraft's replication tasks.
+#[derive(Clone)]
+pub struct LogStore {
+    db: sled::Db,
+    log: sled::Tree,
+    meta: sled::Tree,
+}
+
+impl std::fmt::Debug for LogStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LogStore").field("entries", &self.log.len()).finish_non_exhaustive()
+    }
+}
+
+impl LogStore {
+    /// Validates the persisted metadata and the last entry, and completes a purge that a crash
+    /// interrupted.
+    pub(crate) fn open(trees: &Trees) -> Result<Self, StorageError> {
+        let store = Self { db: trees.db.clone(), log: trees.log.clone(), meta: trees.raft_meta.clone() };
+        store.vote()?;
+        store.committed()?;
+        if let Some(purged) = store.last_purged()? {
+            let leftover = store.remove_range(..=layout::log_key(purged.index))?;
+            if leftover > 0 {
+                tracing::info!(upto = %purged, removed = leftover, "completed an interrupted log purge");
+            }
+        }
+        let state = store.log_state()?;
+        tracing::debug!(
+            last_purged = ?state.last_purged_log_id,
+            last_log = ?state.last_log_id,
+            entries = store.log.len(),
+            "opened raft log"
+        );
+        Ok(store)
+    }
+
+    /// Number of entries physically present in the log tree.
+    pub fn entry_count(&self) -> usize {
+        self.log.len()
+    }
+
+    /// The vote saved by `save_vote`.
+    pub fn vote(&self) -> Result<Option<Vote>, StorageError> {
+        self.read_meta(VOTE_KEY, ErrorSubject::Vote)
+    }
+
+    /// The committed log id saved by `save_committed`.
+    pub fn committed(&self) -> Result<Option<LogId>, StorageError> {
+        self.read_meta(COMMITTED_KEY, ErrorSubject::Logs)
+    }
+
+    /// The last purged log id.
+    pub fn last_purged(&self) -> Result<Option<LogId>, StorageError> {
+        self.read_meta(LAST_PURGED_KEY, ErrorSubject::Logs)
+    }
+
+    /// The purge point and the last log id; the last log id is the purge point when every
+    /// entry has been purged.
+    pub fn log_state(&self) -> Result<LogState<TypeConfig>, StorageError> {
+        let last_purged_log_id = self.last_purged()?;
+        let last_entry = match self.log.last().map_err(read_logs)? {
+            Some((key, value)) => Some(decode_entry(&key, &value)?.log_id),
+            None => None,
+        };
+        let last_log_id = std::cmp::max(last_entry, last_purged_log_id);
+        Ok(LogState { last_purged_log_id, last_log_id })
+    }
+
+    /// Entries with index in `range`, in index order. Missing entries are skipped.
+    pub fn entries(&self, range: impl RangeBounds<u64>) -> Result<Vec<Entry>, StorageError> {
+        let start = map_bound(range.start_bound());
+        let end = map_bound(range.end_bound());
+        if let (Bound::Included(s) | Bound::Excluded(s), Bound::Included(e) | Bound::Excluded(e)) =
+            (&start, &end)
+            && s > e
+        {
+            return Ok(Vec::new());
+        }
+        let mut entries = Vec::new();
+        for item in self.log.range::<[u8; 8], _>((start, end)) {
+            let (key, value) = item.map_err(read_logs)?;
+            entries.push(decode_entry(&key, &value)?);
+        }
+        Ok(entries)
+    }
+
+    fn read_meta<T: DeserializeOwned>(
+        &self,
+        key: &str,
+        subject: ErrorSubject<u64>,
+    ) -> Result<Option<T>, StorageError> {
+        let io_err = |e: AnyError| {
+            StorageIOError::new(
+                subject.clone(),
+                ErrorVerb::Read,
+                e.add_context(|| format!("raft meta `{key}`")),
+            )
+        };
+        let Some(raw) = self.meta.get(key).map_err(|e| io_err(AnyError::new(&e)))? else {
+            return Ok(None);
+        };
+        match codec::decode(&raw) {
+            Ok(value) => Ok(Some(value)),
+            Err(e) => {
+                tracing::error!(key, error = %e, "corrupt raft meta record");
+                Err(io_err(AnyError::new(&e)).into())
+            }
+        }
+    }
+
+    fn write_meta<T: Serialize>(
+        &self,
+        key: &str,
+        value: &T,
+        subject: ErrorSubject<u64>,
+    ) -> Result<(), StorageError> {
+        let io_err = |e: AnyError| {
+            StorageIOError::new(
+                subject.clone(),
+                ErrorVerb::Write,
+                e.add_context(|| format!("raft meta `{key}`")),
+            )
+        };
+        let bytes = codec::encode(value).map_err(|e| io_err(AnyError::new(&e)))?;
+        self.meta.insert(key, bytes).map_err(|e| io_err(AnyError::new(&e)))?;
+        Ok(())
+    }
+
+    async fn flush(&self, subject: ErrorSubject<u64>) -> Result<(), StorageError> {
+        self.db
+            .flush_async()
+            .await
+            .map_err(|e| StorageIOError::new(subject, ErrorVerb::Write, AnyError::new(&e)))?;
+        Ok(())
+    }
+
+    /// Deletes every entry whose key is in `range`, in one batch; returns how many.
+    fn remove_range(&self, range: impl RangeBounds<[u8; 8]>) -> Result<usize, StorageError> {
+        let mut batch = sled::Batch::default();
+        let mut removed = 0;
+        for key in self.log.range(range).keys() {
+            batch.remove(key.map_err(delete_logs)?);
+            removed += 1;
+        }
+        self.log.apply_batch(batch).map_err(delete_logs)?;
+        Ok(removed)
+    }
+
+    async fn append_entries(
+        &self,
+        entries: impl Iterator<Item = Entry>,
+    ) -> Result<(u64, Option<LogId>), StorageError> {
+        let mut batch = sled::Batch::default();
+        let mut count = 0u64;
+        let mut last = None;
+        for entry in entries {
+            let bytes =
+                codec::encode(&entry).map_err(|e| StorageIOError::write_log_entry(entry.log_id, &e))?;
+            batch.insert(&layout::log_key(entry.log_id.index), bytes);
+            count += 1;
+            last = Some(entry.log_id);
+        }
+        self.log.apply_batch(batch).map_err(|e| StorageIOError::write_logs(&e))?;
+        self.flush(ErrorSubject::Logs).await?;
+        Ok((count, last))
+    }
+}
+
+fn map_bound(bound: Bound<&u64>) -> Bound<[u8; 8]> {
+    match bound {
+        Bound::Included(i) => Bound::Included(layout::log_key(*i)),
+        Bound::Excluded(i) => Bound::Excluded(layout::log_key(*i)),
+        Bound::Unbounded => Bound::Unbounded,
+    }
+}
+
+fn read_logs(e: sled::Error) -> StorageIOError<u64> {
+    StorageIOError::read_logs(&e)
+}
+
+fn delete_logs(e: sled::Error) -> StorageIOError<u64> {
+    StorageIOError::new(ErrorSubject::Logs, ErrorVerb::Delete, &e)
+}
+
+/// Decodes a log row, checking that the key is a valid index and matches the entry.
+fn decode_entry(key: &[u8], value: &[u8]) -> Result<Entry, StorageError> {
+    let Some(index) = layout::log_index(key) else {
+        tracing::error!(key = ?key, "corrupt raft log key");
+        return Err(StorageIOError::read_logs(AnyError::error(format!(
+            "log key {key:?} is {} bytes long, expected 8",
+            key.len()
+        )))
+        .into());
+    };
+    let entry: Entry = codec::decode(value).map_err(|e| {
+        tracing::error!(index, error = %e, "corrupt raft log entry");
+        StorageIOError::read_log_at_index(index, &e)
+    })?;
+    if entry.log_id.index != index {
+        tracing::error!(index, entry = %entry.log_id, "raft log entry stored under the wrong key");
+        return Err(StorageIOError::read_log_at_index(
+            index,
+            AnyError::error(format!("entry {} is stored under index {index}", entry.log_id)),
+        )
+        .into());
+    }
+    Ok(entry)
+}
+
+impl RaftLogReader<TypeConfig> for LogStore {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<Entry>, StorageError> {
+        self.entries(range)
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for LogStore {
+    type LogReader = LogStore;
+
+    async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError> {
+        self.log_state()
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote) -> Result<(), StorageError> {
+        self.write_meta(VOTE_KEY, vote, ErrorSubject::Vote)?;
+        self.flush(ErrorSubject::Vote).await?;
+        tracing::debug!(%vote, "saved vote");
+        Ok(())
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote>, StorageError> {
+        self.vote()
+    }
+
+    /// Not flushed on its own: losing the latest committed id in a crash only means re-applying
+    /// from an earlier point, which openraft handles. It becomes durable with the next flush.
+    async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
+        match committed {
+            Some(log_id) => self.write_meta(COMMITTED_KEY, &log_id, ErrorSubject::Logs),
+            None => {
+                self.meta.remove(COMMITTED_KEY).map_err(|e| StorageIOError::write_logs(&e))?;
+                Ok(())
+            }
+        }
+    }
+
+    async fn read_committed(&mut self) -> Result<Option<LogId>, StorageError> {
+        self.committed()
+    }
+
+    async fn append<I>(&mut self, entries: I, callback: LogFlushed<TypeConfig>) -> Result<(), StorageError>
+    where
+        I: IntoIterator<Item = Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        match self.append_entries(entries.into_iter()).await {
+            Ok((count, last)) => {
+                tracing::trace!(count, last = ?last, "appended and flushed raft log entries");
+                callback.log_io_completed(Ok(()));
+                Ok(())
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "appending raft log entries failed");
+                callback.log_io_completed(Err(io::Error::other(e.to_string())));
+                Err(e)
+            }
+        }
+    }
+
+    async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
+        let removed = self.remove_range(layout::log_key(log_id.index)..)?;
+        self.flush(ErrorSubject::Logs).await?;
+        tracing::debug!(since = %log_id, removed, "truncated raft log");
+        Ok(())
+    }
+
+    async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
+        if let Some(current) = self.last_purged()?
+            && current >= log_id
+        {
+            return Ok(());
+        }
+        // Record the purge point first: a crash before the deletion leaves surplus entries that
+        // the next open deletes, never a log whose start is unaccounted for.
+        self.write_meta(LAST_PURGED_KEY, &log_id, ErrorSubject::Logs)?;
+        let removed = self.remove_range(..=layout::log_key(log_id.index))?;
+        self.flush(ErrorSubject::Logs).await?;
+        tracing::debug!(upto = %log_id, removed, "purged raft log");
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use openraft::CommittedLeaderId;
+    use openraft::storage::RaftLogStorageExt;
+
+    use super::*;
+
+    fn blank(index: u64) -> Entry {
+        Entry {
+            log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
+            payload: openraft::EntryPayload::Blank,
+        }
+    }
+
+    /// Corruption appearing while the store is open is reported by reads, not only at open.
+    #[tokio::test]
+    async fn corrupt_records_while_running_are_read_errors() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let (mut log, _sm) = crate::open(dir.path()).unwrap();
+        log.blocking_append((1..=3).map(blank)).await.unwrap();
+        log.save_vote(&Vote::new(1, 1)).await.unwrap();
+
+        log.meta.insert(VOTE_KEY, b"{\"leader_id\":".to_vec()).unwrap();
+        let err = log.read_vote().await.unwrap_err();
+        assert!(err.to_string().contains("Vote"), "{err}");
+
+        log.meta.insert(COMMITTED_KEY, b"-".to_vec()).unwrap();
+        assert!(log.read_committed().await.is_err());
+
+        log.log.insert(layout::log_key(3), b"garbage".to_vec()).unwrap();
+        assert!(log.get_log_state().await.is_err(), "the last entry decides the log state");
+        assert!(log.try_get_log_entries(3..).await.is_err());
+        assert_eq!(log.try_get_log_entries(1..3).await.unwrap().len(), 2);
+
+        log.log.insert(layout::log_key(3), encode_blank(3)).unwrap();
+        log.log.insert([0u8; 3], encode_blank(0)).unwrap();
+        assert!(log.try_get_log_entries(..).await.is_err(), "a 3-byte key is not an index");
+    }
+
+    fn encode_blank(index: u64) -> Vec<u8> {
+        codec::encode(&blank(index)).unwrap()
+    }
+
+    #[tokio::test]
+    async fn empty_and_reversed_ranges_read_nothing() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let (mut log, _sm) = crate::open(dir.path()).unwrap();
+        log.blocking_append((1..=5).map(blank)).await.unwrap();
+        assert!(log.try_get_log_entries(3..3).await.unwrap().is_empty());
+        #[allow(clippy::reversed_empty_ranges)]
+        let reversed = log.try_get_log_entries(4..2).await.unwrap();
+        assert!(reversed.is_empty());
+        assert_eq!(log.try_get_log_entries(2..=4).await.unwrap().len(), 3);
+        assert_eq!(log.try_get_log_entries(4..u64::MAX).await.unwrap().len(), 2);
+    }
+}

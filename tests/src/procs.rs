@@ -1,0 +1,199 @@
+//! Real `cairn` processes on loopback, for kill -9 and restart tests.
+//!
+//! Ports are picked by binding port 0 and releasing it just before the process starts (the
+//! peers list must be known up front). Every process writes its log to a file in the cluster's
+//! temp directory; [`ProcCluster::logs`] returns them for failure messages. Processes are ended
+//! only by their own PID, and always on drop.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use cairn_coordinator::client::{ClientConfig, LeaderClient};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use tempfile::TempDir;
+
+/// Path of a workspace binary (`cairn`, `cairn-worker`, ...) built next to the test executable.
+/// Run `cargo build --bins` before the tests (the README's test command does).
+pub fn binary(name: &str) -> anyhow::Result<PathBuf> {
+    let exe = std::env::current_exe()?;
+    // target/<profile>/deps/<test-exe> -> target/<profile>/<name>
+    let dir =
+        exe.parent().and_then(Path::parent).ok_or_else(|| anyhow::anyhow!("unexpected test path {exe:?}"))?;
+    let path = dir.join(name);
+    if !path.exists() {
+        anyhow::bail!(
+            "{} not found; build the binaries first with `cargo build --workspace --bins`",
+            path.display()
+        );
+    }
+    Ok(path)
+}
+
+/// Picks a free loopback port.
+pub fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// One `cairn` replica process.
+pub struct CairnProcess {
+    pub id: u64,
+    pub addr: String,
+    child: Option<Child>,
+}
+
+impl CairnProcess {
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    fn signal(&self, sig: Signal) -> anyhow::Result<()> {
+        let pid = self.pid().ok_or_else(|| anyhow::anyhow!("node {} is not running", self.id))?;
+        kill(Pid::from_raw(pid as i32), sig)?;
+        Ok(())
+    }
+
+    /// SIGKILL, then reap.
+    pub fn kill9(&mut self) -> anyhow::Result<()> {
+        if let Some(mut child) = self.child.take() {
+            kill(Pid::from_raw(child.id() as i32), Signal::SIGKILL)?;
+            child.wait()?;
+        }
+        Ok(())
+    }
+
+    /// SIGTERM, then waits up to `timeout` for a clean exit; returns the exit status.
+    pub fn terminate(&mut self, timeout: Duration) -> anyhow::Result<std::process::ExitStatus> {
+        let mut child =
+            self.child.take().ok_or_else(|| anyhow::anyhow!("node {} is not running", self.id))?;
+        kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM)?;
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            if let Some(status) = child.try_wait()? {
+                return Ok(status);
+            }
+            if std::time::Instant::now() >= deadline {
+                let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGKILL);
+                let _ = child.wait();
+                anyhow::bail!("node {} did not exit within {timeout:?} after SIGTERM", self.id);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn pause(&self) -> anyhow::Result<()> {
+        self.signal(Signal::SIGSTOP)
+    }
+
+    pub fn resume(&self) -> anyhow::Result<()> {
+        self.signal(Signal::SIGCONT)
+    }
+}
+
+impl Drop for CairnProcess {
+    fn drop(&mut self) {
+        if let Some(child) = &self.child {
+            let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGCONT);
+        }
+        let _ = self.kill9();
+    }
+}
+
+/// A cluster of `cairn` processes.
+pub struct ProcCluster {
+    root: TempDir,
+    binary: PathBuf,
+    peers: String,
+    pub nodes: BTreeMap<u64, CairnProcess>,
+    extra_args: Vec<String>,
+}
+
+impl ProcCluster {
+    /// Starts `n` replicas with the given extra flags (e.g. timing).
+    pub fn start(n: u64, extra_args: &[&str]) -> anyhow::Result<Self> {
+        let binary = binary("cairn")?;
+        let root = tempfile::tempdir()?;
+        let mut addrs = BTreeMap::new();
+        for id in 1..=n {
+            addrs.insert(id, format!("127.0.0.1:{}", free_port()?));
+        }
+        let peers = addrs.iter().map(|(id, a)| format!("{id}={a}")).collect::<Vec<_>>().join(",");
+        let nodes =
+            addrs.into_iter().map(|(id, addr)| (id, CairnProcess { id, addr, child: None })).collect();
+        let mut c = Self {
+            root,
+            binary,
+            peers,
+            nodes,
+            extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
+        };
+        for id in 1..=n {
+            c.launch(id)?;
+        }
+        Ok(c)
+    }
+
+    fn log_path(&self, id: u64) -> PathBuf {
+        self.root.path().join(format!("node-{id}.log"))
+    }
+
+    /// (Re)starts node `id` with its data directory.
+    pub fn launch(&mut self, id: u64) -> anyhow::Result<()> {
+        let data_dir = self.root.path().join(format!("node-{id}"));
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.log_path(id))?;
+        let node = self.nodes.get_mut(&id).ok_or_else(|| anyhow::anyhow!("no node {id}"))?;
+        if node.child.is_some() {
+            anyhow::bail!("node {id} is already running");
+        }
+        let child = Command::new(&self.binary)
+            .arg("--node-id")
+            .arg(id.to_string())
+            .arg("--listen")
+            .arg(&node.addr)
+            .arg("--data-dir")
+            .arg(&data_dir)
+            .arg("--peers")
+            .arg(&self.peers)
+            .args(&self.extra_args)
+            .env("CAIRN_LOG", "info,openraft=warn")
+            .env_remove("CAIRN_CONFIG")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()?;
+        node.child = Some(child);
+        Ok(())
+    }
+
+    pub fn addrs(&self) -> Vec<String> {
+        self.nodes.values().map(|n| n.addr.clone()).collect()
+    }
+
+    pub fn node_by_addr(&self, addr: &str) -> Option<u64> {
+        self.nodes.values().find(|n| n.addr == addr).map(|n| n.id)
+    }
+
+    pub fn client(&self) -> anyhow::Result<LeaderClient> {
+        Ok(LeaderClient::new(self.addrs(), ClientConfig::default())?)
+    }
+
+    /// The last `lines` lines of every node's log, for failure messages.
+    pub fn logs(&self, lines: usize) -> String {
+        let mut out = String::new();
+        for id in self.nodes.keys() {
+            let text = std::fs::read_to_string(self.log_path(*id)).unwrap_or_default();
+            let all: Vec<&str> = text.lines().collect();
+            out.push_str(&format!(
+                "--- node {id} ---\n{}\n",
+                all[all.len().saturating_sub(lines)..].join("\n")
+            ));
+        }
+        out
+    }
+}

@@ -6,7 +6,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // SAFETY-free alternative to `set_var`: tonic-prost-build reads `PROTOC` from the environment,
     // and build scripts run single-threaded before any other thread exists.
     unsafe { std::env::set_var("PROTOC", protoc) };
-    let protos = ["cairn/v1/raft.proto", "cairn/v1/cluster.proto"];
+    let protos = ["cairn/v1/raft.proto", "cairn/v1/cluster.proto", "cairn/v1/gateway.proto"];
     for p in &protos {
         println!("cargo:rerun-if-changed={p}");
     }

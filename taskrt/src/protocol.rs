@@ -1,0 +1,286 @@
+//! The messages between the coordinator leader and tasks, as plain serde data.
+//!
+//! This module owns the wire vocabulary of the task side; a gRPC gateway carries these types
+//! later, and [`crate::link`] carries them in-process today. Coordinator → task messages are
+//! [`CoordinatorMessage`]s: a [`ToTask`] body fenced by the leader's Raft `term` (see
+//! [`TermFence`]). Task → coordinator messages are [`TaskMessage`]s: acknowledge, decline, status.
+//! [`TaskRestore`] is the state a task is deployed with (its key-group range and the handles
+//! covering it), computed by [`crate::state::assign`].
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+
+use cairn_storage::checkpoint::{
+    KeyGroupRange, OperatorStateMode, StateFile, SubtaskState, TaskCheckpointMetrics,
+};
+use serde::{Deserialize, Serialize};
+
+/// One subtask of one vertex of one job.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct TaskId {
+    pub job: String,
+    pub vertex: String,
+    pub subtask: u32,
+}
+
+/// One execution attempt of a subtask: a restarted subtask gets a new attempt number, so late
+/// messages of a previous attempt can be told apart.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct TaskAttemptId {
+    pub task: TaskId,
+    pub attempt: u32,
+}
+
+impl fmt::Display for TaskAttemptId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}#{}@{}", self.task.job, self.task.vertex, self.task.subtask, self.attempt)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckpointKind {
+    /// Periodic checkpoint; may be incremental.
+    Checkpoint,
+    /// Self-contained, always full.
+    Savepoint,
+    /// Stop-with-savepoint: after the snapshot, the task processes no input until notified
+    /// complete, then finishes.
+    SyncSavepoint,
+}
+
+impl CheckpointKind {
+    pub fn is_savepoint(self) -> bool {
+        !matches!(self, CheckpointKind::Checkpoint)
+    }
+
+    pub fn is_synchronous(self) -> bool {
+        matches!(self, CheckpointKind::SyncSavepoint)
+    }
+
+    /// Name used in `_metadata` (`checkpoint`, `savepoint`, `sync_savepoint`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CheckpointKind::Checkpoint => "checkpoint",
+            CheckpointKind::Savepoint => "savepoint",
+            CheckpointKind::SyncSavepoint => "sync_savepoint",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckpointOptions {
+    pub kind: CheckpointKind,
+    /// For a synchronous savepoint: advance event time to the end (flush timers / windows)
+    /// before the barrier, so that the job ends with everything emitted.
+    #[serde(default)]
+    pub drain: bool,
+    /// Directory to write the state to (a savepoint directory); `None` means the job's
+    /// checkpoint storage (`<root>/<job>/chk-<id>/`).
+    #[serde(default)]
+    pub target_location: Option<PathBuf>,
+}
+
+impl CheckpointOptions {
+    pub fn checkpoint() -> Self {
+        Self { kind: CheckpointKind::Checkpoint, drain: false, target_location: None }
+    }
+}
+
+/// What the coordinator tells a task.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ToTask {
+    /// Sent to source tasks only: start checkpoint `checkpoint_id`.
+    TriggerCheckpoint { checkpoint_id: u64, timestamp_ms: u64, options: CheckpointOptions },
+    /// The checkpoint is durable in the replicated store; commit side effects.
+    NotifyCheckpointComplete { checkpoint_id: u64 },
+    /// The checkpoint will never complete; release what was kept for it.
+    NotifyCheckpointAborted { checkpoint_id: u64 },
+    /// Stop now; dispose what was opened.
+    Cancel,
+}
+
+/// A coordinator → task message, fenced by the sender's Raft term.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CoordinatorMessage {
+    /// The leader's Raft term when it sent this; tasks ignore terms below the highest seen.
+    pub term: u64,
+    pub body: ToTask,
+}
+
+/// Why a task declined a checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "reason", content = "detail", rename_all = "snake_case")]
+pub enum DeclineReason {
+    /// The task was not running (restoring, finishing, or busy with a synchronous savepoint).
+    TaskNotReady,
+    /// A trigger reached a task that is not a source.
+    NotASource,
+    /// A barrier of a newer checkpoint arrived while aligning this one.
+    Subsumed { newer: u64 },
+    /// An upstream task canceled this checkpoint (cancel marker).
+    CanceledUpstream,
+    /// The coordinator aborted it while the task was aligning or writing.
+    AbortedByCoordinator,
+    /// Taking or writing the snapshot failed.
+    SnapshotFailed(String),
+}
+
+impl fmt::Display for DeclineReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DeclineReason::TaskNotReady => write!(f, "task not ready"),
+            DeclineReason::NotASource => write!(f, "trigger sent to a task that is not a source"),
+            DeclineReason::Subsumed { newer } => write!(f, "subsumed by barrier of checkpoint {newer}"),
+            DeclineReason::CanceledUpstream => write!(f, "canceled by an upstream cancel marker"),
+            DeclineReason::AbortedByCoordinator => write!(f, "aborted by the coordinator"),
+            DeclineReason::SnapshotFailed(e) => write!(f, "snapshot failed: {e}"),
+        }
+    }
+}
+
+/// Lifecycle status as reported to the coordinator.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "status", content = "cause", rename_all = "snake_case")]
+pub enum TaskStatus {
+    Created,
+    Restoring,
+    Running,
+    Finishing,
+    Finished,
+    Failed(String),
+    Canceled,
+}
+
+impl TaskStatus {
+    pub fn is_terminal(&self) -> bool {
+        matches!(self, TaskStatus::Finished | TaskStatus::Failed(_) | TaskStatus::Canceled)
+    }
+}
+
+/// What a task tells the coordinator.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum TaskMessage {
+    Acknowledge {
+        task: TaskAttemptId,
+        checkpoint_id: u64,
+        state: SubtaskState,
+        metrics: TaskCheckpointMetrics,
+    },
+    Decline {
+        task: TaskAttemptId,
+        checkpoint_id: u64,
+        reason: DeclineReason,
+    },
+    Status {
+        task: TaskAttemptId,
+        status: TaskStatus,
+    },
+}
+
+impl TaskMessage {
+    pub fn task(&self) -> &TaskAttemptId {
+        match self {
+            TaskMessage::Acknowledge { task, .. }
+            | TaskMessage::Decline { task, .. }
+            | TaskMessage::Status { task, .. } => task,
+        }
+    }
+}
+
+/// One element of an operator list state to restore: a byte range of a state file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListElementHandle {
+    pub file: StateFile,
+    pub start: u64,
+    pub end: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RestoredListState {
+    pub name: String,
+    pub mode: OperatorStateMode,
+    pub elements: Vec<ListElementHandle>,
+}
+
+/// The state one operator of a task restores from.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct OperatorRestore {
+    /// Key group → the file holding it (only key groups of the task's range).
+    pub keyed: BTreeMap<u32, StateFile>,
+    pub lists: Vec<RestoredListState>,
+}
+
+/// What a task is deployed with when the job restores from a checkpoint or savepoint.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskRestore {
+    /// Id of the checkpoint (or savepoint) restored from.
+    pub checkpoint_id: u64,
+    /// Directory the relative paths of the handles resolve against: the job's checkpoint
+    /// directory, or a savepoint directory.
+    pub base_dir: PathBuf,
+    pub key_groups: KeyGroupRange,
+    /// By operator id.
+    pub operators: BTreeMap<String, OperatorRestore>,
+}
+
+/// Fencing by Raft term: a task obeys no message from a term lower than the highest it has seen.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TermFence {
+    highest: u64,
+}
+
+impl TermFence {
+    pub fn highest(&self) -> u64 {
+        self.highest
+    }
+
+    /// `true` when a message of `term` may be obeyed (and records the term).
+    pub fn admit(&mut self, term: u64) -> bool {
+        if term < self.highest {
+            return false;
+        }
+        self.highest = term;
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn term_fence_rejects_lower_terms_only() {
+        let mut f = TermFence::default();
+        assert!(f.admit(3));
+        assert!(f.admit(3));
+        assert!(!f.admit(2));
+        assert!(f.admit(5));
+        assert!(!f.admit(4));
+        assert_eq!(f.highest(), 5);
+    }
+
+    #[test]
+    fn messages_have_a_stable_json_shape() {
+        let msg = CoordinatorMessage {
+            term: 7,
+            body: ToTask::TriggerCheckpoint {
+                checkpoint_id: 3,
+                timestamp_ms: 10,
+                options: CheckpointOptions::checkpoint(),
+            },
+        };
+        let json = serde_json::to_string(&msg).unwrap();
+        assert_eq!(
+            json,
+            r#"{"term":7,"body":{"type":"trigger_checkpoint","checkpoint_id":3,"timestamp_ms":10,"options":{"kind":"checkpoint","drain":false,"target_location":null}}}"#
+        );
+        let status = TaskStatus::Failed("boom".into());
+        assert_eq!(serde_json::to_string(&status).unwrap(), r#"{"status":"failed","cause":"boom"}"#);
+        let back: CoordinatorMessage = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, msg);
+    }
+}

@@ -1,0 +1,617 @@
+//! One task: a mailbox loop that owns an operator chain, its inputs and outputs, its barrier
+//! aligner and its in-flight asynchronous snapshots.
+//!
+//! [`run_task`] drives the lifecycle in the reference's order: restore state → initialize
+//! operators → open (tail to head) → run → close (head to tail) → end of input downstream →
+//! dispose; a failure or cancellation at any point cancels the asynchronous snapshot parts
+//! (removing their files) and disposes the operators. The loop selects, in priority order
+//! (`biased`): coordinator messages (trigger, notify, abort, cancel), finished asynchronous
+//! snapshot parts, then input (records and barriers from upstream, or the source's next
+//! records). During a synchronous savepoint the input arm is disabled until the savepoint is
+//! notified complete or aborted. Sending downstream awaits the bounded channels: a task blocked
+//! by backpressure handles its next message once the send went through.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use cairn_storage::checkpoint::{KeyGroupRange, TaskCheckpointMetrics};
+use tokio::sync::mpsc;
+use tokio::time::sleep_until;
+
+use crate::chain::OperatorChain;
+use crate::checkpoint::alignment::{AlignmentAction, BarrierAligner};
+use crate::checkpoint::pool::{AsyncOutcome, InFlightSnapshots, SnapshotPool};
+use crate::exchange::{Barrier, ExchangeError, InputEvent, InputGate, OutputGate, Record, StreamElement};
+use crate::lifecycle::{IllegalTransition, TaskState};
+use crate::metrics::{AckedCheckpoint, TaskCounters, TaskObserver};
+use crate::operator::{OperatorError, SourcePoll};
+use crate::protocol::{
+    CheckpointOptions, CoordinatorMessage, DeclineReason, TaskAttemptId, TaskMessage, TaskRestore, TermFence,
+    ToTask,
+};
+use crate::state::StateError;
+use crate::state::restore::load;
+use crate::state::snapshot::{SnapshotTarget, remove_files};
+use crate::state::storage::CheckpointStorage;
+
+/// Everything a task is built from.
+pub struct TaskSetup {
+    pub id: TaskAttemptId,
+    pub chain: OperatorChain,
+    pub inputs: InputGate,
+    pub outputs: OutputGate,
+    /// Coordinator → task (bounded).
+    pub control: mpsc::Receiver<CoordinatorMessage>,
+    /// Task → coordinator (bounded, shared by the tasks of a worker).
+    pub reports: mpsc::Sender<TaskMessage>,
+    pub restore: Option<TaskRestore>,
+    pub storage: CheckpointStorage,
+    pub pool: SnapshotPool,
+    /// Upload only changed key groups to `shared/` for periodic checkpoints.
+    pub incremental: bool,
+    pub observer: TaskObserver,
+}
+
+/// How a task ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TaskOutcome {
+    Finished,
+    Failed(String),
+    Canceled,
+}
+
+/// Why the loop stopped early.
+#[derive(Debug, thiserror::Error)]
+pub enum TaskError {
+    #[error("canceled")]
+    Canceled,
+    #[error("operator failed: {0}")]
+    Operator(#[from] OperatorError),
+    #[error(transparent)]
+    Exchange(#[from] ExchangeError),
+    #[error("restoring state failed: {0}")]
+    Restore(#[source] StateError),
+    #[error("asynchronous part of checkpoint {checkpoint_id} failed: {source}")]
+    AsyncSnapshot {
+        checkpoint_id: u64,
+        #[source]
+        source: StateError,
+    },
+    #[error("input channel {channel} closed without end of input (upstream task died)")]
+    UpstreamDisconnected { channel: usize },
+    #[error(transparent)]
+    Lifecycle(#[from] IllegalTransition),
+}
+
+/// Figures of a checkpoint between its synchronous part and its acknowledgement.
+#[derive(Debug)]
+struct PendingAck {
+    metrics: TaskCheckpointMetrics,
+    /// The coordinator aborted it: drop the result instead of acknowledging.
+    aborted: bool,
+}
+
+struct Task {
+    id: TaskAttemptId,
+    state: TaskState,
+    chain: OperatorChain,
+    inputs: InputGate,
+    outputs: OutputGate,
+    control: mpsc::Receiver<CoordinatorMessage>,
+    reports: mpsc::Sender<TaskMessage>,
+    restore: Option<TaskRestore>,
+    storage: CheckpointStorage,
+    in_flight: InFlightSnapshots,
+    incremental: bool,
+    observer: TaskObserver,
+    aligner: BarrierAligner,
+    fence: TermFence,
+    pending: BTreeMap<u64, PendingAck>,
+    /// Set while a synchronous savepoint waits for its completion: no input is processed.
+    sync_savepoint: Option<u64>,
+    /// All inputs (or the source) ended.
+    input_ended: bool,
+    /// The source asked not to be polled before this instant.
+    source_idle_until: Option<Instant>,
+    watermarks: Vec<u64>,
+    current_watermark: u64,
+}
+
+/// Runs a task to its end. Never panics on task errors: they become [`TaskOutcome::Failed`]
+/// (reported to the coordinator exactly once).
+pub async fn run_task(setup: TaskSetup) -> TaskOutcome {
+    let mut task = Task::new(setup);
+    let result = task.invoke().await;
+    task.conclude(result).await
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+impl Task {
+    fn new(s: TaskSetup) -> Self {
+        let n = s.inputs.len();
+        Self {
+            id: s.id,
+            state: TaskState::Created,
+            chain: s.chain,
+            inputs: s.inputs,
+            outputs: s.outputs,
+            control: s.control,
+            reports: s.reports,
+            restore: s.restore,
+            storage: s.storage,
+            in_flight: InFlightSnapshots::new(s.pool),
+            incremental: s.incremental,
+            observer: s.observer,
+            aligner: BarrierAligner::new(n),
+            fence: TermFence::default(),
+            pending: BTreeMap::new(),
+            sync_savepoint: None,
+            input_ended: false,
+            source_idle_until: None,
+            watermarks: vec![0; n],
+            current_watermark: 0,
+        }
+    }
+
+    fn counters(&self) -> &TaskCounters {
+        &self.observer.counters
+    }
+
+    async fn report(&mut self, msg: TaskMessage) {
+        if self.reports.send(msg).await.is_err() {
+            tracing::warn!(task = %self.id, "coordinator link closed; report dropped");
+        }
+    }
+
+    async fn set_state(&mut self, to: TaskState) -> Result<(), TaskError> {
+        self.state.transition(to)?;
+        tracing::info!(task = %self.id, state = %self.state, "task state");
+        self.observer.state.send_replace(self.state.clone());
+        self.report(TaskMessage::Status { task: self.id.clone(), status: self.state.status() }).await;
+        Ok(())
+    }
+
+    async fn invoke(&mut self) -> Result<(), TaskError> {
+        self.set_state(TaskState::Restoring).await?;
+        let restored_from = self.restore.as_ref().map(|r| r.checkpoint_id);
+        if let Some(restore) = self.restore.take() {
+            let info = self.chain.info();
+            let own = KeyGroupRange::for_subtask(info.max_parallelism, info.parallelism, info.subtask);
+            if own != Some(restore.key_groups) {
+                return Err(TaskError::Restore(StateError::Assignment {
+                    vertex: info.vertex.clone(),
+                    reason: format!(
+                        "restore descriptor covers key groups {:?}, subtask {} of {} owns {own:?}",
+                        restore.key_groups, info.subtask, info.parallelism
+                    ),
+                }));
+            }
+            let loading = tokio::task::spawn_blocking(move || load(&restore));
+            let loaded = self
+                .while_not_running(loading)
+                .await?
+                .map_err(|e| TaskError::Restore(StateError::Worker(e.to_string())))?
+                .map_err(TaskError::Restore)?;
+            self.chain.install_restored(loaded)?;
+        }
+        self.chain.initialize_state(restored_from)?;
+        self.drain_control_while_not_running().await?;
+        self.chain.open()?;
+        self.set_state(TaskState::Running).await?;
+
+        self.run_loop().await?;
+
+        self.set_state(TaskState::Finishing).await?;
+        let mut out = Vec::new();
+        self.chain.close(&mut out)?;
+        self.emit(out).await?;
+        self.outputs.broadcast(StreamElement::EndOfInput).await?;
+        // Checkpoints already snapshotted are still acknowledged.
+        while !self.in_flight.is_empty() {
+            let outcome = self.in_flight.next().await;
+            self.on_async_outcome(outcome).await?;
+        }
+        self.chain.dispose();
+        self.set_state(TaskState::Finished).await?;
+        Ok(())
+    }
+
+    /// Cleans up after the loop and turns the result into the outcome.
+    async fn conclude(&mut self, result: Result<(), TaskError>) -> TaskOutcome {
+        let outcome = match result {
+            Ok(()) => return TaskOutcome::Finished,
+            Err(TaskError::Canceled) => TaskOutcome::Canceled,
+            Err(e) => {
+                let mut cause = e.to_string();
+                let mut src = std::error::Error::source(&e);
+                while let Some(s) = src {
+                    let text = s.to_string();
+                    if !cause.contains(&text) {
+                        cause.push_str(": ");
+                        cause.push_str(&text);
+                    }
+                    src = s.source();
+                }
+                TaskOutcome::Failed(cause)
+            }
+        };
+        self.in_flight.cancel_all().await;
+        self.chain.dispose();
+        let terminal = match &outcome {
+            TaskOutcome::Canceled => TaskState::Canceled,
+            TaskOutcome::Failed(cause) => {
+                tracing::error!(task = %self.id, cause = %cause, "task failed");
+                TaskState::Failed(cause.clone())
+            }
+            TaskOutcome::Finished => TaskState::Finished,
+        };
+        if let Err(e) = self.set_state(terminal).await {
+            tracing::error!(task = %self.id, error = %e, "cannot record the task's end");
+        }
+        outcome
+    }
+
+    /// Awaits `fut` while answering coordinator messages the way a not-yet-running task does.
+    async fn while_not_running<F: std::future::Future>(&mut self, fut: F) -> Result<F::Output, TaskError> {
+        tokio::pin!(fut);
+        loop {
+            tokio::select! {
+                biased;
+                msg = self.control.recv() => self.on_control_not_running(msg).await?,
+                out = &mut fut => return Ok(out),
+            }
+        }
+    }
+
+    async fn drain_control_while_not_running(&mut self) -> Result<(), TaskError> {
+        loop {
+            match self.control.try_recv() {
+                Ok(msg) => self.on_control_not_running(Some(msg)).await?,
+                Err(mpsc::error::TryRecvError::Empty) => return Ok(()),
+                Err(mpsc::error::TryRecvError::Disconnected) => return Err(TaskError::Canceled),
+            }
+        }
+    }
+
+    async fn on_control_not_running(&mut self, msg: Option<CoordinatorMessage>) -> Result<(), TaskError> {
+        let Some(msg) = msg else { return Err(TaskError::Canceled) };
+        if !self.admit(&msg) {
+            return Ok(());
+        }
+        match msg.body {
+            ToTask::Cancel => Err(TaskError::Canceled),
+            ToTask::TriggerCheckpoint { checkpoint_id, .. } => {
+                self.decline(checkpoint_id, DeclineReason::TaskNotReady).await;
+                self.outputs.broadcast(StreamElement::CancelMarker(checkpoint_id)).await?;
+                Ok(())
+            }
+            other => {
+                tracing::debug!(task = %self.id, message = ?other, "ignoring notification while not running");
+                Ok(())
+            }
+        }
+    }
+
+    fn admit(&mut self, msg: &CoordinatorMessage) -> bool {
+        if self.fence.admit(msg.term) {
+            return true;
+        }
+        tracing::warn!(
+            task = %self.id,
+            term = msg.term,
+            highest_term = self.fence.highest(),
+            message = ?msg.body,
+            "ignoring message from a stale leader term"
+        );
+        false
+    }
+
+    async fn run_loop(&mut self) -> Result<(), TaskError> {
+        let is_source = self.chain.is_source();
+        while !self.input_ended {
+            let input_open = self.sync_savepoint.is_none();
+            let idle_until = self.source_idle_until;
+            tokio::select! {
+                biased;
+                msg = self.control.recv() => match msg {
+                    Some(msg) => self.on_control(msg).await?,
+                    None => return Err(TaskError::Canceled),
+                },
+                outcome = self.in_flight.next(), if !self.in_flight.is_empty() => {
+                    self.on_async_outcome(outcome).await?;
+                }
+                event = self.inputs.next(), if input_open && !is_source => self.on_input(event).await?,
+                _ = wait_until(idle_until), if input_open && is_source => self.poll_source().await?,
+            }
+        }
+        Ok(())
+    }
+
+    async fn emit(&mut self, records: Vec<Record>) -> Result<(), TaskError> {
+        let n = records.len() as u64;
+        for r in records {
+            self.outputs.emit(r).await?;
+        }
+        TaskCounters::add(&self.counters().records_out, n);
+        Ok(())
+    }
+
+    async fn decline(&mut self, checkpoint_id: u64, reason: DeclineReason) {
+        tracing::info!(task = %self.id, checkpoint_id, reason = %reason, "declining checkpoint");
+        TaskCounters::add(&self.counters().checkpoints_declined, 1);
+        self.report(TaskMessage::Decline { task: self.id.clone(), checkpoint_id, reason }).await;
+    }
+
+    async fn on_control(&mut self, msg: CoordinatorMessage) -> Result<(), TaskError> {
+        if !self.admit(&msg) {
+            return Ok(());
+        }
+        match msg.body {
+            ToTask::TriggerCheckpoint { checkpoint_id, timestamp_ms, options } => {
+                self.on_trigger(checkpoint_id, timestamp_ms, options).await
+            }
+            ToTask::NotifyCheckpointComplete { checkpoint_id } => {
+                self.on_notify_complete(checkpoint_id).await
+            }
+            ToTask::NotifyCheckpointAborted { checkpoint_id } => self.on_notify_aborted(checkpoint_id).await,
+            ToTask::Cancel => Err(TaskError::Canceled),
+        }
+    }
+
+    async fn on_trigger(
+        &mut self,
+        checkpoint_id: u64,
+        timestamp_ms: u64,
+        options: CheckpointOptions,
+    ) -> Result<(), TaskError> {
+        if !self.chain.is_source() {
+            self.decline(checkpoint_id, DeclineReason::NotASource).await;
+            return Ok(());
+        }
+        self.aligner.note_triggered(checkpoint_id);
+        let barrier = Barrier { checkpoint_id, timestamp_ms, options };
+        self.perform_checkpoint(barrier, Duration::ZERO).await
+    }
+
+    /// Prepare → forward the barrier → synchronous snapshot → start the asynchronous part.
+    async fn perform_checkpoint(&mut self, barrier: Barrier, alignment: Duration) -> Result<(), TaskError> {
+        let id = barrier.checkpoint_id;
+        if self.state != TaskState::Running || self.sync_savepoint.is_some() {
+            self.decline(id, DeclineReason::TaskNotReady).await;
+            self.outputs.broadcast(StreamElement::CancelMarker(id)).await?;
+            return Ok(());
+        }
+        let started = Instant::now();
+        let start_delay_ms = now_ms().saturating_sub(barrier.timestamp_ms);
+        let kind = barrier.options.kind;
+        tracing::debug!(task = %self.id, checkpoint_id = id, kind = kind.as_str(), "starting checkpoint");
+        if kind.is_synchronous() {
+            self.sync_savepoint = Some(id);
+            if barrier.options.drain && self.chain.is_source() {
+                self.advance_to_end_of_event_time().await?;
+            }
+        }
+        let mut out = Vec::new();
+        self.chain.prepare_snapshot_pre_barrier(id, &mut out)?;
+        self.emit(out).await?;
+        let target = match (&barrier.options.target_location, kind.is_savepoint()) {
+            (Some(dir), true) => SnapshotTarget::savepoint(dir, id),
+            (_, savepoint) => SnapshotTarget::checkpoint(&self.storage, id, self.incremental && !savepoint),
+        };
+        self.outputs.broadcast(StreamElement::Barrier(barrier)).await?;
+        let plans = match self.chain.snapshot(&target) {
+            Ok(plans) => plans,
+            Err(e) => {
+                self.decline(id, DeclineReason::SnapshotFailed(e.to_string())).await;
+                return Err(e.into());
+            }
+        };
+        let sync = started.elapsed();
+        TaskCounters::add(&self.counters().sync_pause_micros, sync.as_micros() as u64);
+        let metrics = TaskCheckpointMetrics {
+            start_delay_ms,
+            alignment_ms: alignment.as_millis() as u64,
+            sync_ms: sync.as_millis() as u64,
+            ..Default::default()
+        };
+        self.pending.insert(id, PendingAck { metrics, aborted: false });
+        self.in_flight.spawn(self.storage.clone(), target, plans);
+        Ok(())
+    }
+
+    async fn advance_to_end_of_event_time(&mut self) -> Result<(), TaskError> {
+        let mut out = Vec::new();
+        self.chain.process_watermark(u64::MAX, &mut out)?;
+        self.emit(out).await?;
+        self.current_watermark = u64::MAX;
+        self.outputs.broadcast(StreamElement::Watermark(u64::MAX)).await?;
+        Ok(())
+    }
+
+    async fn on_async_outcome(&mut self, outcome: AsyncOutcome) -> Result<(), TaskError> {
+        let id = outcome.checkpoint_id;
+        let pending = self.pending.remove(&id);
+        match outcome.result {
+            Ok(written) => {
+                let Some(PendingAck { mut metrics, aborted: false }) = pending else {
+                    tracing::debug!(task = %self.id, checkpoint_id = id, "dropping files of an aborted checkpoint");
+                    remove_files(&written.written);
+                    return Ok(());
+                };
+                metrics.async_ms = outcome.duration.as_millis() as u64;
+                metrics.bytes_persisted = written.bytes_persisted;
+                metrics.state_size = written.state.state_size();
+                self.chain.record_uploaded(id, written.uploaded);
+                let counters = self.counters();
+                TaskCounters::add(&counters.bytes_persisted, written.bytes_persisted);
+                TaskCounters::add(&counters.checkpoints_acknowledged, 1);
+                self.observer.last_ack.send_replace(Some(AckedCheckpoint { checkpoint_id: id, metrics }));
+                tracing::debug!(task = %self.id, checkpoint_id = id, ?metrics, "acknowledging checkpoint");
+                self.report(TaskMessage::Acknowledge {
+                    task: self.id.clone(),
+                    checkpoint_id: id,
+                    state: written.state,
+                    metrics,
+                })
+                .await;
+                Ok(())
+            }
+            Err(StateError::Cancelled { .. }) => {
+                tracing::debug!(task = %self.id, checkpoint_id = id, "asynchronous part cancelled");
+                Ok(())
+            }
+            Err(source) => {
+                self.decline(id, DeclineReason::SnapshotFailed(source.to_string())).await;
+                Err(TaskError::AsyncSnapshot { checkpoint_id: id, source })
+            }
+        }
+    }
+
+    async fn on_notify_complete(&mut self, checkpoint_id: u64) -> Result<(), TaskError> {
+        if !matches!(self.state, TaskState::Running | TaskState::Finishing) {
+            tracing::debug!(task = %self.id, checkpoint_id, "ignoring completion while not running");
+            return Ok(());
+        }
+        let mut out = Vec::new();
+        self.chain.notify_complete(checkpoint_id, &mut out)?;
+        self.emit(out).await?;
+        if self.sync_savepoint == Some(checkpoint_id) {
+            self.sync_savepoint = None;
+            tracing::info!(task = %self.id, checkpoint_id, "synchronous savepoint complete; finishing");
+            if self.chain.is_source() {
+                self.chain.stop_source();
+                self.end_input().await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn on_notify_aborted(&mut self, checkpoint_id: u64) -> Result<(), TaskError> {
+        if let Some(p) = self.pending.get_mut(&checkpoint_id) {
+            p.aborted = true;
+            self.in_flight.cancel(checkpoint_id);
+        }
+        if self.aligner.aligning() == Some(checkpoint_id) {
+            let actions = self.aligner.on_cancel(checkpoint_id, DeclineReason::AbortedByCoordinator);
+            self.apply_alignment(actions).await?;
+        }
+        if self.sync_savepoint == Some(checkpoint_id) {
+            tracing::info!(task = %self.id, checkpoint_id, "synchronous savepoint aborted; resuming");
+            self.sync_savepoint = None;
+        }
+        if matches!(self.state, TaskState::Running | TaskState::Finishing) {
+            let mut out = Vec::new();
+            self.chain.notify_aborted(checkpoint_id, &mut out)?;
+            self.emit(out).await?;
+        }
+        Ok(())
+    }
+
+    async fn end_input(&mut self) -> Result<(), TaskError> {
+        let mut out = Vec::new();
+        self.chain.end_input(&mut out)?;
+        self.emit(out).await?;
+        self.input_ended = true;
+        Ok(())
+    }
+
+    async fn poll_source(&mut self) -> Result<(), TaskError> {
+        let mut out = Vec::new();
+        let poll = self.chain.poll_source(&mut out)?;
+        self.emit(out).await?;
+        match poll {
+            SourcePoll::Emitted => self.source_idle_until = None,
+            SourcePoll::Idle(d) => self.source_idle_until = Some(Instant::now() + d),
+            SourcePoll::Finished => self.end_input().await?,
+        }
+        Ok(())
+    }
+
+    async fn on_input(&mut self, event: InputEvent) -> Result<(), TaskError> {
+        let (channel, element) = match event {
+            InputEvent::Disconnected { channel } => return Err(TaskError::UpstreamDisconnected { channel }),
+            InputEvent::Element { channel, element } => (channel, element),
+        };
+        match element {
+            StreamElement::Record(r) => {
+                TaskCounters::add(&self.counters().records_in, 1);
+                let mut out = Vec::new();
+                self.chain.process_record(r, &mut out)?;
+                self.emit(out).await?;
+            }
+            StreamElement::Watermark(w) => {
+                if let Some(slot) = self.watermarks.get_mut(channel) {
+                    *slot = (*slot).max(w);
+                }
+                self.advance_watermark().await?;
+            }
+            StreamElement::Barrier(b) => {
+                let actions = self.aligner.on_barrier(channel, b);
+                self.apply_alignment(actions).await?;
+            }
+            StreamElement::CancelMarker(id) => {
+                let actions = self.aligner.on_cancel(id, DeclineReason::CanceledUpstream);
+                self.apply_alignment(actions).await?;
+            }
+            StreamElement::EndOfInput => {
+                self.inputs.mark_finished(channel);
+                if let Some(slot) = self.watermarks.get_mut(channel) {
+                    *slot = u64::MAX;
+                }
+                let actions = self.aligner.on_end_of_input(channel);
+                self.apply_alignment(actions).await?;
+                if self.inputs.all_finished() {
+                    self.end_input().await?;
+                } else {
+                    self.advance_watermark().await?;
+                }
+            }
+        }
+        self.sync_parking();
+        Ok(())
+    }
+
+    async fn advance_watermark(&mut self) -> Result<(), TaskError> {
+        let min = self.watermarks.iter().copied().min().unwrap_or(0);
+        if min > self.current_watermark {
+            self.current_watermark = min;
+            let mut out = Vec::new();
+            self.chain.process_watermark(min, &mut out)?;
+            self.emit(out).await?;
+            self.outputs.broadcast(StreamElement::Watermark(min)).await?;
+        }
+        Ok(())
+    }
+
+    fn sync_parking(&mut self) {
+        for i in 0..self.inputs.len() {
+            self.inputs.set_parked(i, self.aligner.is_parked(i));
+        }
+    }
+
+    async fn apply_alignment(&mut self, actions: Vec<AlignmentAction>) -> Result<(), TaskError> {
+        for action in actions {
+            match action {
+                AlignmentAction::Trigger { barrier, alignment } => {
+                    self.sync_parking();
+                    self.perform_checkpoint(barrier, alignment).await?;
+                }
+                AlignmentAction::Abort { checkpoint_id, reason } => {
+                    self.decline(checkpoint_id, reason).await;
+                    self.outputs.broadcast(StreamElement::CancelMarker(checkpoint_id)).await?;
+                }
+            }
+        }
+        self.sync_parking();
+        Ok(())
+    }
+}
+
+async fn wait_until(deadline: Option<Instant>) {
+    if let Some(d) = deadline {
+        sleep_until(d.into()).await;
+    }
+}

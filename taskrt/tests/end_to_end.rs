@@ -1,0 +1,170 @@
+//! The demo job end to end with a scripted coordinator: abrupt kills, restores (also with a
+//! changed parallelism), and the exactly-once verifier.
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use cairn_taskrt::checkpoint::pool::SnapshotPool;
+use cairn_taskrt::demo::DemoJob;
+use cairn_taskrt::demo::source::SourceConfig;
+use cairn_taskrt::demo::source_offsets;
+use cairn_taskrt::demo::verify::{Expectation, verify_output};
+use cairn_taskrt::registry::OperatorRegistry;
+use cairn_taskrt::runtime::{JobDeployment, LocalJob, RuntimeOptions};
+use cairn_taskrt::state::storage::CheckpointStorage;
+use cairn_taskrt::testkit::ScriptedCoordinator;
+use common::*;
+
+const KEYS: u64 = 16;
+const PER_KEY: u64 = 300;
+
+fn demo(output: &Path, source_p: u32, p: u32) -> DemoJob {
+    DemoJob {
+        source: SourceConfig {
+            keys: KEYS,
+            records_per_key: Some(PER_KEY),
+            rate_per_sec: Some(1500),
+            batch: 32,
+        },
+        output_dir: output.to_string_lossy().into_owned(),
+        source_parallelism: source_p,
+        parallelism: p,
+        max_parallelism: 64,
+    }
+}
+
+fn deploy(
+    job: &DemoJob,
+    storage: &CheckpointStorage,
+    coordinator: &ScriptedCoordinator,
+    attempt: u32,
+    incremental: bool,
+) -> LocalJob {
+    LocalJob::deploy(
+        JobDeployment {
+            job_id: "demo".into(),
+            graph: job.graph(),
+            attempt,
+            storage: storage.clone(),
+            restore: coordinator.restore(),
+            options: RuntimeOptions { incremental, ..RuntimeOptions::default() },
+        },
+        &OperatorRegistry::with_builtins(),
+        SnapshotPool::new(4),
+    )
+    .expect("deploys")
+}
+
+/// Lists the sink's files with their first and last lines, for failure messages.
+fn describe_output(output: &Path) -> String {
+    let mut out = String::new();
+    for d in ["pending", "committed"] {
+        let mut files: Vec<_> = std::fs::read_dir(output.join(d))
+            .map(|r| r.filter_map(|e| e.ok().map(|e| e.path())).collect())
+            .unwrap_or_default();
+        files.sort();
+        for f in files {
+            let text = std::fs::read_to_string(&f).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            out.push_str(&format!(
+                "{} lines={} first={:?} last={:?}\n",
+                f.display(),
+                lines.len(),
+                lines.first(),
+                lines.last()
+            ));
+        }
+    }
+    out
+}
+
+fn assert_partial_output_is_exactly_once(output: &Path, coordinator: &ScriptedCoordinator) {
+    let verdict =
+        verify_output(output, &Expectation { keys: None, records_per_key: None, counts: None }).unwrap();
+    let events: Vec<String> = coordinator
+        .events
+        .iter()
+        .filter(|e| !matches!(e, cairn_taskrt::testkit::Event::Acknowledged { .. }))
+        .map(|e| format!("{e:?}"))
+        .collect();
+    assert!(verdict.is_exactly_once(), "{verdict}\n{}\n{}", describe_output(output), events.join("\n"));
+}
+
+async fn run_with_kills(incremental: bool) {
+    init_tracing();
+    let dir = tempfile::tempdir().unwrap();
+    let output = dir.path().join("out");
+    let storage = CheckpointStorage::new(dir.path().join("checkpoints"), "demo");
+    let first = demo(&output, 2, 2);
+    let mut coordinator = ScriptedCoordinator::new("demo", storage.clone(), &first.graph());
+    coordinator.interval = Duration::from_millis(100);
+
+    // Run 1: parallelism 2, killed abruptly after some checkpoints.
+    let mut job = deploy(&first, &storage, &coordinator, 0, incremental);
+    coordinator.drive_completions(&mut job, 3, WAIT).await.unwrap();
+    job.kill();
+    assert_partial_output_is_exactly_once(&output, &coordinator);
+
+    // Run 2: restored, rescaled to 3, killed again.
+    let second = demo(&output, 2, 3);
+    coordinator.set_graph(&second.graph());
+    let restored_from = coordinator.latest_completed().map(|m| m.checkpoint_id);
+    let mut job = deploy(&second, &storage, &coordinator, 1, incremental);
+    coordinator.drive_completions(&mut job, 3, WAIT).await.unwrap();
+    assert!(coordinator.latest_completed().map(|m| m.checkpoint_id) > restored_from, "ids keep increasing");
+    job.kill();
+    assert_partial_output_is_exactly_once(&output, &coordinator);
+
+    // Run 3: restored, rescaled to 1 (and the source to 1); runs until the source is exhausted
+    // and a checkpoint covering everything is complete and committed.
+    let third = demo(&output, 1, 1);
+    coordinator.set_graph(&third.graph());
+    let mut job = deploy(&third, &storage, &coordinator, 2, incremental);
+    let base = storage.job_dir().to_owned();
+    coordinator
+        .drive_until(&mut job, Duration::from_secs(60), |c| {
+            c.latest_completed().is_some_and(|m| {
+                source_offsets(m, &base, "source")
+                    .is_ok_and(|o| o.len() as u64 == KEYS && o.values().all(|n| *n == PER_KEY))
+            })
+        })
+        .await
+        .unwrap();
+    // The sink commits on the notification, which the coordinator sent right after completing.
+    let monitors: Vec<_> = job.tasks().iter().map(|t| t.monitor.clone()).collect();
+    let out = output.clone();
+    wait_for("all output committed", || {
+        verify_output(&out, &Expectation { keys: Some(KEYS), records_per_key: Some(PER_KEY), counts: None })
+            .is_ok_and(|v| v.is_exactly_once())
+    })
+    .await;
+    let meta = coordinator.latest_completed().unwrap();
+    let offsets = source_offsets(meta, &base, "source").unwrap();
+    let verdict = verify_output(
+        &output,
+        &Expectation { keys: Some(KEYS), records_per_key: Some(PER_KEY), counts: Some(offsets) },
+    )
+    .unwrap();
+    assert!(verdict.is_exactly_once(), "{verdict}");
+    assert_eq!(verdict.records, KEYS * PER_KEY);
+    // The keyed counts in the checkpoint agree with the source.
+    let counts = keyed_counts(meta, &base, "count", "count");
+    assert_eq!(counts.len() as u64, KEYS);
+    assert!(counts.values().all(|c| *c == PER_KEY), "{counts:?}");
+    for m in &monitors {
+        assert_eq!(m.current_state(), cairn_taskrt::lifecycle::TaskState::Running);
+    }
+    job.kill();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn demo_job_survives_two_abrupt_kills_with_rescaling_exactly_once() {
+    run_with_kills(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn demo_job_survives_two_abrupt_kills_exactly_once_with_incremental_checkpoints() {
+    run_with_kills(true).await;
+}

@@ -1,0 +1,82 @@
+//! Restoring keyed counts with a changed parallelism (2 → 3, then 3 → 1) gives the same counts.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use cairn_taskrt::checkpoint::pool::SnapshotPool;
+use cairn_taskrt::demo::DemoJob;
+use cairn_taskrt::demo::source::SourceConfig;
+use cairn_taskrt::demo::source_offsets;
+use cairn_taskrt::registry::OperatorRegistry;
+use cairn_taskrt::runtime::{JobDeployment, LocalJob, RuntimeOptions};
+use cairn_taskrt::state::storage::CheckpointStorage;
+use cairn_taskrt::testkit::ScriptedCoordinator;
+use common::*;
+
+const KEYS: u64 = 40;
+const PER_KEY: u64 = 25;
+
+fn demo(output: &std::path::Path, p: u32) -> DemoJob {
+    DemoJob {
+        source: SourceConfig { keys: KEYS, records_per_key: Some(PER_KEY), rate_per_sec: None, batch: 64 },
+        output_dir: output.to_string_lossy().into_owned(),
+        source_parallelism: p,
+        parallelism: p,
+        max_parallelism: 128,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restore_with_changed_parallelism_keeps_keyed_counts() {
+    init_tracing();
+    let dir = tempfile::tempdir().unwrap();
+    let output = dir.path().join("out");
+    let storage = CheckpointStorage::new(dir.path().join("cp"), "rescale");
+    let base = storage.job_dir().to_owned();
+    let exhausted = |c: &ScriptedCoordinator| {
+        c.latest_completed().is_some_and(|m| {
+            source_offsets(m, &base, "source")
+                .is_ok_and(|o| o.len() as u64 == KEYS && o.values().all(|n| *n == PER_KEY))
+        })
+    };
+
+    let mut counts_per_run: Vec<BTreeMap<u64, u64>> = Vec::new();
+    let mut coordinator: Option<ScriptedCoordinator> = None;
+    for (attempt, p) in [2u32, 3, 1].into_iter().enumerate() {
+        let job_shape = demo(&output, p);
+        let c = coordinator
+            .get_or_insert_with(|| ScriptedCoordinator::new("rescale", storage.clone(), &job_shape.graph()));
+        c.set_graph(&job_shape.graph());
+        let restore = c.restore();
+        let restored_id = restore.as_ref().map(|r| r.metadata.checkpoint_id);
+        let mut job = LocalJob::deploy(
+            JobDeployment {
+                job_id: "rescale".into(),
+                graph: job_shape.graph(),
+                attempt: attempt as u32,
+                storage: storage.clone(),
+                restore,
+                options: RuntimeOptions::default(),
+            },
+            &OperatorRegistry::with_builtins(),
+            SnapshotPool::new(2),
+        )
+        .unwrap();
+        // A checkpoint of this deployment (newer than the restored one) with everything in it.
+        c.drive_until(&mut job, Duration::from_secs(30), |c| {
+            exhausted(c) && c.latest_completed().map(|m| m.checkpoint_id) > restored_id
+        })
+        .await
+        .unwrap();
+        let meta = c.latest_completed().unwrap();
+        assert_eq!(meta.vertices["count"].parallelism, p);
+        counts_per_run.push(keyed_counts(meta, &base, "count", "count"));
+        job.kill();
+    }
+    let expected: BTreeMap<u64, u64> = (0..KEYS).map(|k| (k, PER_KEY)).collect();
+    for (i, counts) in counts_per_run.iter().enumerate() {
+        assert_eq!(counts, &expected, "run {i}");
+    }
+}

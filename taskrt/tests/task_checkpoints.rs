@@ -1,0 +1,316 @@
+//! Checkpoint behaviour of single tasks: fencing, asynchronous failures and cancellation,
+//! incremental snapshots, and checksum verification on restore.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use cairn_storage::checkpoint::{CheckpointMetadata, SubtaskState, VertexInfo};
+use cairn_taskrt::demo::counter::KeyedCounter;
+use cairn_taskrt::demo::source::{SequenceSource, SourceConfig};
+use cairn_taskrt::exchange::{Barrier, StreamElement};
+use cairn_taskrt::graph::{OperatorSpec, Vertex};
+use cairn_taskrt::operator::TaskInfo;
+use cairn_taskrt::protocol::{CheckpointOptions, DeclineReason, TaskMessage, TaskStatus, ToTask};
+use cairn_taskrt::state::assign::assign_vertex;
+use cairn_taskrt::state::storage::{CheckpointStorage, WriteHook};
+use cairn_taskrt::task::TaskOutcome;
+use common::*;
+
+fn trigger(id: u64) -> ToTask {
+    ToTask::TriggerCheckpoint { checkpoint_id: id, timestamp_ms: 0, options: CheckpointOptions::checkpoint() }
+}
+
+fn barrier(id: u64) -> StreamElement {
+    StreamElement::Barrier(Barrier {
+        checkpoint_id: id,
+        timestamp_ms: 0,
+        options: CheckpointOptions::checkpoint(),
+    })
+}
+
+fn source_harness(storage: CheckpointStorage) -> Harness {
+    let info = TaskInfo {
+        job: "job".into(),
+        vertex: "v".into(),
+        subtask: 0,
+        parallelism: 1,
+        max_parallelism: 128,
+        attempt: 0,
+    };
+    let config = SourceConfig { keys: 4, records_per_key: Some(10), rate_per_sec: None, batch: 8 };
+    let mut o =
+        HarnessOptions::new(storage, vec![("src".into(), Box::new(SequenceSource::new(config, &info)))]);
+    o.inputs = 0;
+    o.is_source = true;
+    spawn_task(o)
+}
+
+#[tokio::test]
+async fn messages_from_a_stale_term_are_ignored() {
+    init_tracing();
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = source_harness(CheckpointStorage::new(dir.path(), "job"));
+    h.wait_running().await;
+    h.control(5, trigger(1)).await;
+    assert!(matches!(h.next_checkpoint_report().await, TaskMessage::Acknowledge { checkpoint_id: 1, .. }));
+    // A deposed leader (term 4) tries to cancel and to trigger: both ignored.
+    h.control(4, ToTask::Cancel).await;
+    h.control(4, trigger(2)).await;
+    h.control(5, trigger(3)).await;
+    match h.next_checkpoint_report().await {
+        TaskMessage::Acknowledge { checkpoint_id: 3, .. } => {}
+        other => panic!("the stale trigger or cancel was obeyed: {other:?}"),
+    }
+    assert_eq!(h.monitor.current_state(), cairn_taskrt::lifecycle::TaskState::Running);
+    h.control(6, ToTask::Cancel).await;
+    assert_eq!(h.handle.await.unwrap(), TaskOutcome::Canceled);
+}
+
+struct FailingWrites;
+impl WriteHook for FailingWrites {
+    fn before_write(&self, _path: &Path) -> std::io::Result<()> {
+        Err(std::io::Error::other("injected disk failure"))
+    }
+}
+
+#[tokio::test]
+async fn failing_asynchronous_part_declines_and_fails_the_task_exactly_once() {
+    init_tracing();
+    let dir = tempfile::tempdir().unwrap();
+    let storage = CheckpointStorage::new(dir.path(), "job").with_write_hook(Arc::new(FailingWrites));
+    let mut h = source_harness(storage);
+    h.wait_running().await;
+    h.control(1, trigger(1)).await;
+    h.control(1, trigger(2)).await;
+    let mut statuses = Vec::new();
+    let mut declines = Vec::new();
+    while let Ok(Some(msg)) = tokio::time::timeout(WAIT, h.reports.recv()).await {
+        match msg {
+            TaskMessage::Status { status, .. } => statuses.push(status),
+            TaskMessage::Decline { checkpoint_id, reason, .. } => declines.push((checkpoint_id, reason)),
+            TaskMessage::Acknowledge { .. } => panic!("nothing can be acknowledged"),
+        }
+        if statuses.last().is_some_and(TaskStatus::is_terminal) {
+            break;
+        }
+    }
+    let failed: Vec<_> = statuses.iter().filter(|s| matches!(s, TaskStatus::Failed(_))).collect();
+    assert_eq!(failed.len(), 1, "statuses: {statuses:?}");
+    match failed[0] {
+        TaskStatus::Failed(cause) => assert!(cause.contains("injected disk failure"), "cause: {cause}"),
+        _ => unreachable!(),
+    }
+    assert!(matches!(declines.first(), Some((_, DeclineReason::SnapshotFailed(_)))), "{declines:?}");
+    match h.handle.await.unwrap() {
+        TaskOutcome::Failed(cause) => assert!(cause.contains("asynchronous part")),
+        other => panic!("expected failure, got {other:?}"),
+    }
+    // Nothing from the failed writes is left behind.
+    assert_eq!(files_under(&dir.path().join("job")), Vec::<PathBuf>::new());
+}
+
+/// Holds every write until released; counts writes started.
+#[derive(Default)]
+struct Gate {
+    open: Mutex<bool>,
+    cv: std::sync::Condvar,
+    entered: AtomicUsize,
+}
+impl WriteHook for Gate {
+    fn before_write(&self, _path: &Path) -> std::io::Result<()> {
+        self.entered.fetch_add(1, Ordering::SeqCst);
+        let mut open = self.open.lock().map_err(|_| std::io::Error::other("poisoned"))?;
+        while !*open {
+            open = self.cv.wait(open).map_err(|_| std::io::Error::other("poisoned"))?;
+        }
+        Ok(())
+    }
+}
+
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else { return out };
+    for e in entries.flatten() {
+        let p = e.path();
+        if p.is_dir() { out.extend(files_under(&p)) } else { out.push(p) }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn asynchronous_part_running_at_cancel_is_cancelled_and_its_files_removed() {
+    init_tracing();
+    let dir = tempfile::tempdir().unwrap();
+    let gate = Arc::new(Gate::default());
+    let storage = CheckpointStorage::new(dir.path(), "job").with_write_hook(gate.clone());
+    let h = source_harness(storage);
+    h.wait_running().await;
+    h.control(1, trigger(1)).await;
+    let g = gate.clone();
+    wait_for("the asynchronous part to start writing", move || g.entered.load(Ordering::SeqCst) > 0).await;
+    h.control(1, ToTask::Cancel).await;
+    // Let the writer go: it must notice the cancellation and clean up.
+    *gate.open.lock().unwrap() = true;
+    gate.cv.notify_all();
+    assert_eq!(h.handle.await.unwrap(), TaskOutcome::Canceled);
+    assert_eq!(files_under(&dir.path().join("job")), Vec::<PathBuf>::new(), "cancelled snapshot left files");
+}
+
+fn counter_vertex(p: u32) -> Vertex {
+    Vertex {
+        id: "count".into(),
+        name: "count".into(),
+        parallelism: p,
+        max_parallelism: 128,
+        operator: OperatorSpec { kind: "keyed_counter".into(), config: serde_json::Value::Null },
+        chain: vec![],
+    }
+}
+
+fn counter_harness(
+    storage: CheckpointStorage,
+    incremental: bool,
+    restore: Option<cairn_taskrt::protocol::TaskRestore>,
+) -> Harness {
+    let mut o = HarnessOptions::new(storage, vec![("count".into(), Box::new(KeyedCounter))]);
+    o.incremental = incremental;
+    o.restore = restore;
+    spawn_task(o)
+}
+
+async fn checkpoint(
+    h: &mut Harness,
+    id: u64,
+) -> (SubtaskState, cairn_storage::checkpoint::TaskCheckpointMetrics) {
+    h.send(0, barrier(id)).await;
+    match h.next_checkpoint_report().await {
+        TaskMessage::Acknowledge { checkpoint_id, state, metrics, .. } if checkpoint_id == id => {
+            (state, metrics)
+        }
+        other => panic!("expected ack of {id}, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn incremental_checkpoints_reuse_files_of_unchanged_key_groups() {
+    init_tracing();
+    let dir = tempfile::tempdir().unwrap();
+    let storage = CheckpointStorage::new(dir.path(), "job");
+    let mut h = counter_harness(storage.clone(), true, None);
+    h.wait_running().await;
+    for key in 0..20 {
+        h.send(0, StreamElement::Record(rec(key, 1))).await;
+    }
+    let (s1, m1) = checkpoint(&mut h, 1).await;
+    let files1 = &s1.operators["count"].keyed;
+    assert!(files1.len() > 5);
+    assert!(files1.values().all(|f| f.is_shared()), "incremental files live in shared/");
+    assert_eq!(m1.bytes_persisted, s1.state_size());
+
+    // Not yet confirmed: checkpoint 2 must not reference checkpoint 1's files.
+    let (s2, _) = checkpoint(&mut h, 2).await;
+    assert!(s2.operators["count"].keyed.values().all(|f| !files1.values().any(|g| g == f)));
+    h.control(1, ToTask::NotifyCheckpointComplete { checkpoint_id: 2 }).await;
+    let files2 = s2.operators["count"].keyed.clone();
+
+    h.send(0, StreamElement::Record(rec(3, 2))).await;
+    let (s3, m3) = checkpoint(&mut h, 3).await;
+    let files3 = &s3.operators["count"].keyed;
+    assert_eq!(files3.len(), files2.len());
+    let changed: Vec<u32> = files3.iter().filter(|(kg, f)| files2[*kg] != **f).map(|(kg, _)| *kg).collect();
+    assert_eq!(changed.len(), 1, "only the key group of key 3 is uploaded again");
+    assert!(m3.bytes_persisted < m3.state_size, "{m3:?}");
+    assert_eq!(m3.bytes_persisted, files3[&changed[0]].size);
+
+    h.control(1, ToTask::Cancel).await;
+    h.handle.await.unwrap();
+}
+
+fn metadata(id: u64, vertex: &str, p: u32, subtasks: Vec<SubtaskState>) -> CheckpointMetadata {
+    CheckpointMetadata {
+        version: 1,
+        job: "job".into(),
+        checkpoint_id: id,
+        kind: "checkpoint".into(),
+        trigger_time_ms: 0,
+        completion_time_ms: 0,
+        vertices: BTreeMap::from([(vertex.to_owned(), VertexInfo { parallelism: p, max_parallelism: 128 })]),
+        subtasks: subtasks
+            .into_iter()
+            .enumerate()
+            .map(|(i, s)| (CheckpointMetadata::subtask_key(vertex, i as u32), s))
+            .collect(),
+        master_states: BTreeMap::new(),
+    }
+}
+
+#[tokio::test]
+async fn checksum_mismatch_is_detected_on_restore() {
+    init_tracing();
+    let dir = tempfile::tempdir().unwrap();
+    let storage = CheckpointStorage::new(dir.path(), "job");
+    let mut h = counter_harness(storage.clone(), false, None);
+    h.wait_running().await;
+    for key in 0..10 {
+        h.send(0, StreamElement::Record(rec(key, 1))).await;
+    }
+    let (state, _) = checkpoint(&mut h, 1).await;
+    h.control(1, ToTask::Cancel).await;
+    h.handle.await.unwrap();
+
+    let meta = metadata(1, "count", 1, vec![state.clone()]);
+    // Intact: restores and runs.
+    let restore = assign_vertex(&meta, storage.job_dir(), &counter_vertex(1)).unwrap().remove(0);
+    let ok = counter_harness(storage.clone(), false, Some(restore.clone()));
+    ok.wait_running().await;
+    ok.control(1, ToTask::Cancel).await;
+    ok.handle.await.unwrap();
+
+    // One flipped byte in one key-group file.
+    let victim = state.operators["count"].keyed.values().next().unwrap();
+    let path = storage.job_dir().join(&victim.path);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x01;
+    std::fs::write(&path, bytes).unwrap();
+    let bad = counter_harness(storage, false, Some(restore));
+    match bad.handle.await.unwrap() {
+        TaskOutcome::Failed(cause) => {
+            assert!(cause.contains("CRC-32") && cause.contains(&victim.path), "cause: {cause}")
+        }
+        other => panic!("a corrupt state file must fail the restore, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn savepoint_with_a_target_is_self_contained_in_its_directory() {
+    init_tracing();
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = source_harness(CheckpointStorage::new(dir.path(), "job"));
+    h.wait_running().await;
+    let target = dir.path().join("savepoints/sp-1");
+    let options = CheckpointOptions {
+        kind: cairn_taskrt::protocol::CheckpointKind::Savepoint,
+        drain: false,
+        target_location: Some(target.clone()),
+    };
+    h.control(1, ToTask::TriggerCheckpoint { checkpoint_id: 4, timestamp_ms: 0, options }).await;
+    match h.next_checkpoint_report().await {
+        TaskMessage::Acknowledge { checkpoint_id: 4, state, .. } => {
+            let files: Vec<_> = state.files().collect();
+            assert!(!files.is_empty());
+            for f in files {
+                assert!(!f.path.contains('/'), "savepoint paths are relative to the savepoint: {}", f.path);
+                assert!(target.join(&f.path).is_file());
+            }
+        }
+        other => panic!("expected ack, got {other:?}"),
+    }
+    assert!(!dir.path().join("job/chk-4").exists());
+    h.control(1, ToTask::Cancel).await;
+    h.handle.await.unwrap();
+}

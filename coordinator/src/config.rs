@@ -60,6 +60,37 @@ impl Default for RaftTiming {
     }
 }
 
+/// How the leader deals with workers and restarts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WorkerTiming {
+    /// Heartbeats in both directions on the task gateway.
+    #[serde(with = "humantime_serde")]
+    pub heartbeat_interval: Duration,
+    /// A worker not heard from for this long is lost: its jobs restart from their latest
+    /// checkpoint elsewhere.
+    #[serde(with = "humantime_serde")]
+    pub heartbeat_timeout: Duration,
+    /// After a leader change, how long the new leader waits for running tasks to re-attach
+    /// before restarting the jobs whose tasks did not all come back.
+    #[serde(with = "humantime_serde")]
+    pub reattach_grace: Duration,
+    /// Pause before a failed job is redeployed (bounds restart storms).
+    #[serde(with = "humantime_serde")]
+    pub restart_delay: Duration,
+}
+
+impl Default for WorkerTiming {
+    fn default() -> Self {
+        Self {
+            heartbeat_interval: Duration::from_millis(500),
+            heartbeat_timeout: Duration::from_secs(3),
+            reattach_grace: Duration::from_secs(10),
+            restart_delay: Duration::from_millis(500),
+        }
+    }
+}
+
 /// Everything a replica needs to run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -75,7 +106,13 @@ pub struct NodeConfig {
     /// Initial cluster members. Empty means a single-node cluster of this replica. A replica
     /// that is not in the list does not bootstrap: it waits to be added as a learner.
     pub peers: Vec<Peer>,
+    /// Default checkpoint storage root shared by replicas and workers (a job's
+    /// `checkpoint.storage_dir` overrides it); `cairn-data/checkpoints` if unset.
+    pub checkpoint_dir: Option<PathBuf>,
+    /// Deploy jobs with incremental keyed-state checkpoints (only changed key groups are written).
+    pub incremental_checkpoints: bool,
     pub raft: RaftTiming,
+    pub workers: WorkerTiming,
 }
 
 impl Default for NodeConfig {
@@ -86,7 +123,10 @@ impl Default for NodeConfig {
             advertise: None,
             data_dir: None,
             peers: Vec::new(),
+            checkpoint_dir: None,
+            incremental_checkpoints: false,
             raft: RaftTiming::default(),
+            workers: WorkerTiming::default(),
         }
     }
 }
@@ -123,6 +163,11 @@ impl NodeConfig {
     /// The data directory in use.
     pub fn data_dir(&self) -> PathBuf {
         self.data_dir.clone().unwrap_or_else(|| PathBuf::from(format!("cairn-data/node-{}", self.node_id)))
+    }
+
+    /// The default checkpoint storage root.
+    pub fn checkpoint_dir(&self) -> PathBuf {
+        self.checkpoint_dir.clone().unwrap_or_else(|| PathBuf::from("cairn-data/checkpoints"))
     }
 
     /// The initial membership: the configured peers, or this replica alone.
@@ -181,6 +226,16 @@ impl NodeConfig {
         }
         if t.snapshot_after_logs == 0 {
             return Err(invalid("raft.snapshot_after_logs", "must be at least 1"));
+        }
+        let w = &self.workers;
+        if w.heartbeat_interval.is_zero() {
+            return Err(invalid("workers.heartbeat_interval", "must be above zero"));
+        }
+        if w.heartbeat_timeout <= w.heartbeat_interval * 2 {
+            return Err(invalid(
+                "workers.heartbeat_timeout",
+                "must be more than twice workers.heartbeat_interval, or live workers are declared lost",
+            ));
         }
         Ok(())
     }

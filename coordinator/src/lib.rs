@@ -5,11 +5,15 @@
 //! - [`services`]: client-facing gRPC services (cluster status and membership, the replicated
 //!   store API); [`error`] maps their errors to gRPC statuses in one place.
 //! - [`client`]: a leader-following client for those services (used by tools, tests, benches).
-//! - [`checkpoint`]: the checkpoint coordinator.
+//! - [`checkpoint`]: the checkpoint coordinator core (pure rules).
+//! - [`leader`]: what runs on the leader: worker registry, job drivers (deploy, restart,
+//!   failover, checkpoint actions); [`gateway`]: the task gateway service workers attach to.
 
 pub mod checkpoint;
 pub mod client;
 pub mod config;
 pub mod error;
+pub mod gateway;
+pub mod leader;
 pub mod node;
 pub mod services;

@@ -248,6 +248,48 @@ impl TermFence {
     }
 }
 
+/// Where a deployment restores from: a `_metadata` file in shared checkpoint storage. The worker
+/// reads it (verifying size and CRC-32 when they are known) and assigns each subtask its state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RestoreSource {
+    pub checkpoint_id: u64,
+    pub metadata_path: PathBuf,
+    /// Size and CRC-32 recorded in the replicated store; `None` for a savepoint given by path.
+    pub metadata_size: Option<u64>,
+    pub metadata_crc32: Option<u32>,
+    /// What the metadata's relative state paths resolve against.
+    pub base_dir: PathBuf,
+}
+
+/// A whole job deployed to one worker (its subtasks exchange data in-process), sent by the
+/// leader over the task gateway.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Deployment {
+    pub job_id: String,
+    /// Attempt number of every task of this deployment; allocated through Raft, so it is unique
+    /// across leaders.
+    pub attempt: u32,
+    /// The job graph (JSON of [`crate::graph::JobGraph`]).
+    pub graph: serde_json::Value,
+    /// Checkpoint storage root; the job's directory is `<root>/<job_id>`.
+    pub storage_root: PathBuf,
+    pub restore: Option<RestoreSource>,
+    /// Incremental keyed-state checkpoints.
+    #[serde(default)]
+    pub incremental: bool,
+}
+
+/// A command for tasks of one deployed job attempt, sent by the leader over the task gateway.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskCommand {
+    pub job_id: String,
+    pub attempt: u32,
+    /// `(vertex, subtask)` of the addressed tasks; empty means every task of the attempt.
+    #[serde(default)]
+    pub tasks: Vec<(String, u32)>,
+    pub body: ToTask,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

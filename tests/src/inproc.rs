@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use cairn_coordinator::client::{ClientConfig, LeaderClient};
-use cairn_coordinator::config::{NodeConfig, Peer, RaftTiming};
+use cairn_coordinator::config::{NodeConfig, Peer, RaftTiming, WorkerTiming};
 use cairn_coordinator::node::Replica;
 use cairn_raft::types::NodeId;
 use openraft::ServerState;
@@ -22,6 +22,16 @@ pub fn test_timing() -> RaftTiming {
         election_timeout_min: Duration::from_millis(600),
         election_timeout_max: Duration::from_millis(1200),
         ..RaftTiming::default()
+    }
+}
+
+/// Worker timing for tests: quick loss detection and re-attach.
+pub fn test_worker_timing() -> WorkerTiming {
+    WorkerTiming {
+        heartbeat_interval: Duration::from_millis(200),
+        heartbeat_timeout: Duration::from_secs(2),
+        reattach_grace: Duration::from_secs(8),
+        restart_delay: Duration::from_millis(200),
     }
 }
 
@@ -63,7 +73,10 @@ impl InProcCluster {
             advertise: None,
             data_dir: self.dirs.get(&id).cloned(),
             peers: self.peers.clone(),
+            checkpoint_dir: Some(self.checkpoint_dir()),
+            incremental_checkpoints: false,
             raft: self.timing.clone(),
+            workers: test_worker_timing(),
         })
     }
 
@@ -81,6 +94,11 @@ impl InProcCluster {
         self.dirs.insert(id, self._root.path().join(format!("node-{id}")));
         self.start_node(id, listener).await?;
         Ok(addr)
+    }
+
+    /// The checkpoint storage root shared by the replicas (and the workers of a test).
+    pub fn checkpoint_dir(&self) -> PathBuf {
+        self._root.path().join("checkpoints")
     }
 
     /// The data directory of replica `id`.

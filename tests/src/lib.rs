@@ -4,11 +4,13 @@
 //! - [`inproc`]: several replicas in one process, each on its own port-0 listener and temp dir,
 //!   stoppable and restartable from their data directories.
 //! - [`procs`]: real `cairn` processes, killed with SIGKILL and restarted.
+//! - [`scripted`]: a worker that speaks the task gateway protocol message by message.
 //!
 //! The test suites live in `tests/tests/`; the benchmarks in `tests/src/bin/`.
 
 pub mod inproc;
 pub mod procs;
+pub mod scripted;
 pub mod wait;
 
 /// Installs a test log subscriber once (honours `RUST_LOG`; quiet by default).

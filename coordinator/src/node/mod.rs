@@ -20,6 +20,8 @@ use tokio::task::JoinHandle;
 use tokio_stream::wrappers::TcpListenerStream;
 
 use crate::config::NodeConfig;
+use crate::gateway::GatewayService;
+use crate::leader::{LeaderHandle, LeaderOptions, LeaderSupervisor};
 use crate::services::{ClusterService, StoreService};
 
 /// Why a replica could not start.
@@ -59,6 +61,8 @@ pub struct Replica {
     stop: watch::Sender<bool>,
     server: JoinHandle<Result<(), tonic::transport::Error>>,
     bootstrap: JoinHandle<()>,
+    supervisor: LeaderSupervisor,
+    leader: LeaderHandle,
 }
 
 /// Largest gRPC message a replica accepts (Raft batches and snapshot chunks stay well below).
@@ -84,9 +88,16 @@ impl Replica {
             reader,
             advertise: Arc::from(config.advertise_addr()),
         };
+        let options = LeaderOptions {
+            checkpoint_dir: config.checkpoint_dir(),
+            workers: config.workers.clone(),
+            incremental: config.incremental_checkpoints,
+        };
+        let (supervisor, leader) = LeaderSupervisor::spawn(ctx.clone(), options);
         let (stop, mut stopped) = watch::channel(false);
         let router = tonic::transport::Server::builder()
             .add_service(RaftService::new(raft.clone()).into_server(MAX_MESSAGE_BYTES))
+            .add_service(GatewayService::new(ctx.clone(), leader.clone()).into_server())
             .add_service(ClusterService::new(ctx.clone()).into_server())
             .add_service(StoreService::new(ctx.clone()).into_server());
         let server =
@@ -95,11 +106,16 @@ impl Replica {
             }));
         let bootstrap = tokio::spawn(bootstrap::run(config.clone(), raft.clone()));
         tracing::info!(node_id = config.node_id, %addr, data_dir = %data_dir.display(), "replica started");
-        Ok(Self { ctx, addr, stop, server, bootstrap })
+        Ok(Self { ctx, addr, stop, server, bootstrap, supervisor, leader })
     }
 
     pub fn context(&self) -> &ReplicaContext {
         &self.ctx
+    }
+
+    /// The leader runtime of the current term, when this replica leads.
+    pub fn leader(&self) -> &LeaderHandle {
+        &self.leader
     }
 
     pub fn raft(&self) -> &Raft {
@@ -120,6 +136,7 @@ impl Replica {
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
         self.bootstrap.abort();
+        self.supervisor.stop().await;
         if let Err(e) = self.ctx.raft.shutdown().await {
             tracing::warn!(node_id = self.ctx.id, error = %e, "raft did not stop cleanly");
         }

@@ -48,6 +48,23 @@ fn parse_spec(raw: &str) -> Result<JobSpec, NodeError> {
     let spec: JobSpec =
         serde_json::from_str(raw).map_err(|e| NodeError::InvalidArgument(format!("spec_json: {e}")))?;
     spec.checkpoint.validate().map_err(|e| NodeError::InvalidArgument(e.to_string()))?;
+    if !spec.graph.is_null() {
+        let graph: cairn_taskrt::graph::JobGraph = serde_json::from_value(spec.graph.clone())
+            .map_err(|e| NodeError::InvalidArgument(format!("spec_json.graph: {e}")))?;
+        graph
+            .validate(&cairn_taskrt::registry::OperatorRegistry::with_builtins())
+            .map_err(|e| NodeError::InvalidArgument(format!("spec_json.graph: {e}")))?;
+    }
+    if let Some(dir) = &spec.restore_from {
+        let path = std::path::Path::new(dir).join(cairn_storage::checkpoint::layout::METADATA_FILE);
+        cairn_storage::checkpoint::read_metadata_unverified(&path)
+            .map_err(|e| NodeError::InvalidArgument(format!("spec_json.restore_from: {e}")))?;
+    }
+    if spec.allow_non_restored_state && spec.restore_from.is_none() {
+        return Err(NodeError::InvalidArgument(
+            "spec_json.allow_non_restored_state only applies together with restore_from".into(),
+        ));
+    }
     Ok(spec)
 }
 

@@ -30,6 +30,9 @@ pub enum Command {
     DisposeSavepoint { job: JobId, checkpoint_id: u64 },
     /// Removes a job in a terminal state; the outcome returns its retained checkpoints.
     RemoveJob { job: JobId },
+    /// Starts a new deployment attempt of the job's tasks; the outcome is its attempt number,
+    /// unique across leaders, so a message from an older attempt is always recognisable.
+    BeginAttempt { job: JobId },
 }
 
 impl Command {
@@ -44,7 +47,8 @@ impl Command {
             | Self::AddCompletedCheckpoint { job, .. }
             | Self::RegisterSavepoint { job, .. }
             | Self::DisposeSavepoint { job, .. }
-            | Self::RemoveJob { job } => job,
+            | Self::RemoveJob { job }
+            | Self::BeginAttempt { job } => job,
         }
     }
 
@@ -60,6 +64,7 @@ impl Command {
             Self::RegisterSavepoint { .. } => "register_savepoint",
             Self::DisposeSavepoint { .. } => "dispose_savepoint",
             Self::RemoveJob { .. } => "remove_job",
+            Self::BeginAttempt { .. } => "begin_attempt",
         }
     }
 }
@@ -78,6 +83,9 @@ pub enum Outcome {
     Done,
     CheckpointId {
         id: u64,
+    },
+    Attempt {
+        attempt: u32,
     },
     CounterAdvanced {
         next: u64,
@@ -113,6 +121,8 @@ pub enum CommandError {
     InvalidConfig(#[from] ConfigError),
     #[error("checkpoint counter of job `{job}` is at {current}; it cannot be lowered to {requested}")]
     CounterRegression { job: JobId, current: u64, requested: u64 },
+    #[error("attempt counter of job `{job}` is exhausted")]
+    AttemptsExhausted { job: JobId },
     #[error("checkpoint counter of job `{job}` is exhausted")]
     CounterExhausted { job: JobId },
     #[error("checkpoint {id} of job `{job}` was never allocated (next ID is {next})")]

@@ -174,6 +174,9 @@ pub struct JobRecord {
     /// Completed checkpoints ever added (survives leader changes; feeds statistics).
     #[serde(default)]
     pub num_completed: u64,
+    /// Deployment attempts started so far; the current attempt is this number.
+    #[serde(default)]
+    pub attempts: u32,
 }
 
 impl JobRecord {
@@ -187,6 +190,7 @@ impl JobRecord {
             completed: Vec::new(),
             savepoints: Vec::new(),
             num_completed: 0,
+            attempts: 0,
         }
     }
 

@@ -125,6 +125,13 @@ fn apply_to_live_job(job: &mut JobRecord, cmd: &Command) -> Result<Outcome, Comm
             job.savepoints.sort_by_key(|s| s.checkpoint.id);
             Ok(Outcome::Done)
         }
+        Command::BeginAttempt { .. } => {
+            job.attempts = job
+                .attempts
+                .checked_add(1)
+                .ok_or_else(|| CommandError::AttemptsExhausted { job: job.id.clone() })?;
+            Ok(Outcome::Attempt { attempt: job.attempts })
+        }
         Command::DisposeSavepoint { checkpoint_id, .. } => {
             let pos =
                 job.savepoints.iter().position(|s| s.checkpoint.id == *checkpoint_id).ok_or_else(|| {

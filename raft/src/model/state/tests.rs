@@ -139,6 +139,15 @@ fn terminal_jobs_accept_nothing_but_removal() {
 }
 
 #[test]
+fn attempts_are_numbered_from_one() {
+    let mut sm = StateMachineData::default();
+    register(&mut sm, "a", 1);
+    assert_eq!(sm.apply(&Command::BeginAttempt { job: jid("a") }), Ok(Outcome::Attempt { attempt: 1 }));
+    assert_eq!(sm.apply(&Command::BeginAttempt { job: jid("a") }), Ok(Outcome::Attempt { attempt: 2 }));
+    assert_eq!(sm.job(&jid("a")).unwrap().attempts, 2);
+}
+
+#[test]
 fn illegal_transition_is_rejected() {
     let mut sm = StateMachineData::default();
     register(&mut sm, "a", 1);

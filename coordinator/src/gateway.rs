@@ -1,0 +1,189 @@
+//! The task gateway service: one bidirectional stream per worker, served by the leader.
+//!
+//! A replica that does not lead (or whose runtime for the term is not up yet) refuses `Attach`
+//! with the not-leader status and the leader hint. On the leader, the first message must be a
+//! valid `register`; then heartbeats and task reports flow in, and leader messages (all stamped
+//! with the term) flow out through a bounded outbox. A report that cannot be decoded or is
+//! refused is answered with an `error` message on the stream, which stays open; the refusal
+//! changes nothing. When the term's runtime stops, the stream ends and the worker looks for the
+//! new leader.
+
+use std::pin::Pin;
+use std::time::Duration;
+
+use cairn_proto::leader_hint::{LeaderHint, not_leader_status};
+use cairn_proto::v1::task_gateway_server::{TaskGateway, TaskGatewayServer};
+use cairn_proto::v1::{
+    LeaderMessage, RegisterWorker, Registered, WorkerMessage, leader_message, worker_message,
+};
+use cairn_raft::model::JobId;
+use cairn_taskrt::protocol::TaskMessage;
+use futures::Stream;
+use tokio::sync::mpsc;
+use tokio_stream::StreamExt;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::leader::job::error_message;
+use crate::leader::{LeaderHandle, TermHandle, WorkerInfo};
+use crate::node::ReplicaContext;
+
+/// Largest message a worker may send (acknowledgements carry state handles).
+pub const MAX_WORKER_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
+/// Capacity of a worker's outbox.
+const OUTBOX: usize = 4096;
+/// How long a new stream may take to register.
+const REGISTER_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Clone)]
+pub struct GatewayService {
+    ctx: ReplicaContext,
+    leader: LeaderHandle,
+}
+
+impl GatewayService {
+    pub fn new(ctx: ReplicaContext, leader: LeaderHandle) -> Self {
+        Self { ctx, leader }
+    }
+
+    pub fn into_server(self) -> TaskGatewayServer<Self> {
+        TaskGatewayServer::new(self)
+            .max_decoding_message_size(MAX_WORKER_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_WORKER_MESSAGE_BYTES)
+    }
+
+    fn not_leader(&self) -> Status {
+        let m = self.ctx.metrics();
+        let leader_id =
+            m.current_leader.filter(|l| *l != self.ctx.id || m.state != openraft::ServerState::Leader);
+        let leader_addr =
+            leader_id.and_then(|l| m.membership_config.membership().get_node(&l).map(|n| n.addr.clone()));
+        not_leader_status("Attach", &LeaderHint { leader_id, leader_addr })
+    }
+}
+
+fn validate_register(r: RegisterWorker) -> Result<WorkerInfo, Status> {
+    let bad = |m: String| Err(Status::invalid_argument(m));
+    if r.worker_id.is_empty() || r.worker_id.len() > 128 {
+        return bad(format!("register.worker_id must be 1 to 128 characters, got {}", r.worker_id.len()));
+    }
+    if r.worker_id.chars().any(|c| c.is_control() || c.is_whitespace()) {
+        return bad("register.worker_id must not contain whitespace or control characters".into());
+    }
+    if r.slots == 0 || r.slots > 4096 {
+        return bad(format!("register.slots must be between 1 and 4096, got {}", r.slots));
+    }
+    for t in &r.tasks {
+        JobId::new(t.job_id.clone())
+            .map_err(|e| Status::invalid_argument(format!("register.tasks.job_id: {e}")))?;
+        if t.vertex.is_empty() || t.attempt > u32::MAX as u64 {
+            return bad(format!("register.tasks: invalid task {}/{}@{}", t.vertex, t.subtask, t.attempt));
+        }
+    }
+    Ok(WorkerInfo {
+        worker_id: r.worker_id,
+        slots: r.slots,
+        tasks: r.tasks,
+        highest_term_seen: r.highest_term_seen,
+    })
+}
+
+type LeaderStream = Pin<Box<dyn Stream<Item = Result<LeaderMessage, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl TaskGateway for GatewayService {
+    type AttachStream = LeaderStream;
+
+    async fn attach(&self, req: Request<Streaming<WorkerMessage>>) -> Result<Response<LeaderStream>, Status> {
+        let Some(term) = self.leader.current() else { return Err(self.not_leader()) };
+        let mut inbound = req.into_inner();
+        let first = match tokio::time::timeout(REGISTER_TIMEOUT, inbound.message()).await {
+            Err(_) => {
+                return Err(Status::deadline_exceeded("no register message within 10s of opening the stream"));
+            }
+            Ok(Err(status)) => return Err(status),
+            Ok(Ok(None)) => {
+                return Err(Status::invalid_argument("the stream closed before a register message"));
+            }
+            Ok(Ok(Some(m))) => m,
+        };
+        let info = match first.body {
+            Some(worker_message::Body::Register(r)) => validate_register(r)?,
+            _ => return Err(Status::invalid_argument("the first message on a stream must be `register`")),
+        };
+        let worker_id = info.worker_id.clone();
+        let (tx, rx) = mpsc::channel(OUTBOX);
+        let session = term.attach(info, tx.clone()).await?;
+        let registered = Registered {
+            leader_id: term.leader_id,
+            heartbeat_interval_ms: term.heartbeat_interval.as_millis() as u64,
+            heartbeat_timeout_ms: term.heartbeat_timeout.as_millis() as u64,
+        };
+        let _ = tx.try_send(term.leader_message(leader_message::Body::Registered(registered)));
+        // The reader keeps only a weak sender, so the stream ends once the runtime lets go.
+        let weak = tx.downgrade();
+        drop(tx);
+        tokio::spawn(read_worker(term, worker_id, session, inbound, weak));
+        // The stream ends at the reader's close marker, even while leases still hold the outbox.
+        let stream = ReceiverStream::new(rx).take_while(|m| m.body.is_some()).map(Ok);
+        Ok(Response::new(Box::pin(stream)))
+    }
+}
+
+async fn read_worker(
+    term: TermHandle,
+    worker_id: String,
+    session: u64,
+    mut inbound: Streaming<WorkerMessage>,
+    outbox: mpsc::WeakSender<LeaderMessage>,
+) {
+    let refuse = |status: Status| {
+        tracing::info!(worker = %worker_id, code = ?status.code(), message = status.message(), "worker message refused");
+        if let Some(tx) = outbox.upgrade() {
+            let _ = tx.try_send(error_message(term.term, &status));
+        }
+    };
+    loop {
+        let msg = tokio::select! {
+            _ = term.closed() => break,
+            m = inbound.message() => m,
+        };
+        let body = match msg {
+            Ok(Some(m)) => m.body,
+            Ok(None) => break,
+            Err(status) => {
+                // E.g. an oversized or undecodable message: tell the worker precisely why its
+                // stream ends (it reconnects and registers again).
+                tracing::info!(worker = %worker_id, error = %status, "worker stream failed");
+                refuse(status);
+                break;
+            }
+        };
+        match body {
+            Some(worker_message::Body::Heartbeat(_)) => term.heartbeat(worker_id.clone(), session).await,
+            Some(worker_message::Body::ReportJson(bytes)) => {
+                match serde_json::from_slice::<TaskMessage>(&bytes) {
+                    Ok(report) => {
+                        if let Err(status) = term.report(worker_id.clone(), session, report).await {
+                            refuse(status);
+                        }
+                    }
+                    Err(e) => {
+                        refuse(Status::invalid_argument(format!("report_json is not a task message: {e}")))
+                    }
+                }
+            }
+            Some(worker_message::Body::Register(_)) => refuse(Status::failed_precondition(
+                "already registered on this stream; open a new stream to re-register",
+            )),
+            None => refuse(Status::invalid_argument("empty worker message")),
+        }
+    }
+    term.detach(worker_id.clone(), session).await;
+    if let Some(tx) = outbox.upgrade() {
+        // Close marker: ends the response stream so the worker reconnects.
+        let marker = LeaderMessage { term: term.term, body: None };
+        let _ = tokio::time::timeout(Duration::from_secs(1), tx.send(marker)).await;
+    }
+    tracing::debug!(worker = %worker_id, session, "worker stream reader ended");
+}

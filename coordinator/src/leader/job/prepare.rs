@@ -1,0 +1,163 @@
+//! Preparing a (re)deployment: read the replicated job, choose and read the restore point,
+//! check that its state maps onto the graph, raise the checkpoint counter past it, and allocate a
+//! new attempt number through Raft. Runs off the driver's loop; the result comes back as an
+//! event.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use cairn_raft::model::{Command, JobId, JobRecord, Outcome};
+use cairn_storage::checkpoint::layout::METADATA_FILE;
+use cairn_storage::checkpoint::{
+    CheckpointMetadata, MetadataPointer, read_metadata, read_metadata_unverified,
+};
+use cairn_taskrt::graph::JobGraph;
+use cairn_taskrt::protocol::RestoreSource;
+use cairn_taskrt::registry::OperatorRegistry;
+
+use super::tasks::GraphTasks;
+use crate::checkpoint::{RestorePoint, assign_states, choose_restore_point, counter_after_restore};
+use crate::node::ReplicaContext;
+use crate::services::propose;
+
+/// Everything a deployment needs.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    pub record: JobRecord,
+    pub graph: JobGraph,
+    pub tasks: GraphTasks,
+    pub attempt: u32,
+    pub restore: Option<RestoreSource>,
+    /// `(checkpoint id, external path)` of the restore, for statistics.
+    pub restored: Option<(u64, Option<String>)>,
+    /// `_metadata` of the retained checkpoints that could be read (to rebuild the shared-state
+    /// registry).
+    pub retained_metadata: BTreeMap<u64, CheckpointMetadata>,
+}
+
+/// Parses and validates the job graph stored in the replicated spec.
+pub fn graph_of(record: &JobRecord, registry: &OperatorRegistry) -> Result<(JobGraph, GraphTasks), String> {
+    let graph: JobGraph = serde_json::from_value(record.spec.graph.clone())
+        .map_err(|e| format!("job `{}` has an unusable graph: {e}", record.id))?;
+    let tasks = GraphTasks::new(&graph, registry)?;
+    Ok((graph, tasks))
+}
+
+/// Reads the `_metadata` of every retained checkpoint (unreadable ones are left out: the core then
+/// protects all shared files while they are retained).
+pub fn read_retained(record: &JobRecord) -> BTreeMap<u64, CheckpointMetadata> {
+    let mut out = BTreeMap::new();
+    for c in &record.completed {
+        let ptr = MetadataPointer {
+            path: PathBuf::from(&c.metadata_path),
+            size: c.metadata_size,
+            crc32: c.metadata_crc32,
+        };
+        match read_metadata(&ptr) {
+            Ok(m) => {
+                out.insert(c.id, m);
+            }
+            Err(e) => {
+                tracing::warn!(job = %record.id, checkpoint = c.id, error = %e, "retained checkpoint metadata unreadable")
+            }
+        }
+    }
+    out
+}
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, String> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| format!("blocking task failed: {e}"))
+}
+
+/// Prepares the next deployment of `job`.
+pub async fn prepare(ctx: ReplicaContext, job: JobId) -> Result<Prepared, String> {
+    ctx.raft.ensure_linearizable().await.map_err(|e| format!("cannot read the job's record: {e}"))?;
+    let record = ctx.reader.job(&job).ok_or_else(|| format!("job `{job}` is no longer registered"))?;
+    let registry = OperatorRegistry::with_builtins();
+    let (graph, tasks) = graph_of(&record, &registry)?;
+
+    // The latest completed checkpoint (or a newer savepoint); else the savepoint the job was
+    // submitted with. An unreadable latest checkpoint is an error to retry, never a fallback.
+    let point: Option<RestorePoint> = match choose_restore_point(&record) {
+        Some(candidate) => {
+            let ptr = candidate.pointer.clone();
+            let read = blocking(move || read_metadata(&ptr)).await?;
+            Some(candidate.load(read).map_err(|e| format!("cannot restore job `{job}`: {e}"))?)
+        }
+        None => match &record.spec.restore_from {
+            Some(dir) => {
+                let dir = PathBuf::from(dir);
+                let path = dir.join(METADATA_FILE);
+                let read = blocking(move || read_metadata_unverified(&path)).await?;
+                Some(
+                    RestorePoint::from_savepoint_dir(&dir, read)
+                        .map_err(|e| format!("cannot restore job `{job}`: {e}"))?,
+                )
+            }
+            None => None,
+        },
+    };
+    let mut restore = None;
+    let mut restored = None;
+    if let Some(point) = &point {
+        // Fails with a precise error when state cannot be mapped (changed max parallelism, state of
+        // an operator the graph no longer has, unless allowed).
+        assign_states(point, tasks.targets(), record.spec.allow_non_restored_state).map_err(|e| {
+            format!("cannot restore job `{job}` from checkpoint {}: {e}", point.checkpoint_id)
+        })?;
+        if let Some(next) = counter_after_restore(record.next_checkpoint_id, point.checkpoint_id) {
+            propose(&ctx, Command::AdvanceCheckpointCounter { job: job.clone(), next })
+                .await
+                .map_err(|e| format!("cannot advance the checkpoint counter: {e}"))?;
+        }
+        let from_latest = choose_restore_point(&record).is_some();
+        let (size, crc) = match record.restore_point().filter(|_| from_latest) {
+            Some(c) => (Some(c.metadata_size), Some(c.metadata_crc32)),
+            None => (None, None),
+        };
+        let metadata_path = match record.restore_point().filter(|_| from_latest) {
+            Some(c) => PathBuf::from(&c.metadata_path),
+            None => point.base_dir.join(METADATA_FILE),
+        };
+        restore = Some(RestoreSource {
+            checkpoint_id: point.checkpoint_id,
+            metadata_path,
+            metadata_size: size,
+            metadata_crc32: crc,
+            base_dir: point.base_dir.clone(),
+        });
+        let external = (!from_latest).then(|| point.base_dir.display().to_string());
+        restored = Some((point.checkpoint_id, external));
+    }
+    let attempt = match propose(&ctx, Command::BeginAttempt { job: job.clone() }).await {
+        Ok((Outcome::Attempt { attempt }, _)) => attempt,
+        Ok((other, _)) => return Err(format!("unexpected outcome of begin_attempt: {other:?}")),
+        Err(e) => return Err(format!("cannot start a new attempt: {e}")),
+    };
+    let record = ctx.reader.job(&job).ok_or_else(|| format!("job `{job}` is no longer registered"))?;
+    let rec2 = record.clone();
+    let retained_metadata = blocking(move || read_retained(&rec2)).await?;
+    Ok(Prepared { record, graph, tasks, attempt, restore, restored, retained_metadata })
+}
+
+/// Best-effort removal of files and directories of discarded checkpoints (idempotent).
+pub fn remove_paths(dirs: &[PathBuf], files: &[PathBuf]) {
+    for f in files {
+        if let Err(e) = std::fs::remove_file(f)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            tracing::warn!(path = %f.display(), error = %e, "cannot delete a discarded state file");
+        }
+    }
+    for d in dirs {
+        remove_dir(d);
+    }
+}
+
+fn remove_dir(d: &Path) {
+    if let Err(e) = std::fs::remove_dir_all(d)
+        && e.kind() != std::io::ErrorKind::NotFound
+    {
+        tracing::warn!(path = %d.display(), error = %e, "cannot delete a discarded checkpoint directory");
+    }
+}

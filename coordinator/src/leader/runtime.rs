@@ -1,0 +1,491 @@
+//! The coordinator runtime of one leader term: the worker registry, slot leasing, liveness,
+//! and one job driver per live job.
+//!
+//! One owner task ([`run`]) holds all of it; the gateway and the job drivers talk to it through
+//! a bounded command channel ([`TermHandle`]). Every message to a worker is stamped with this
+//! term, the fencing token workers check.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use cairn_proto::v1::{AttachedTask, Heartbeat, LeaderMessage, leader_message};
+use cairn_raft::model::JobId;
+use cairn_taskrt::protocol::TaskMessage;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::{JoinHandle, JoinSet};
+use tokio::time::Instant;
+use tonic::Status;
+
+use super::LeaderOptions;
+use super::job::{JobDriver, JobHandle, JobInput, JobView, TriggerReply};
+use crate::checkpoint::TriggerKind;
+use crate::node::ReplicaContext;
+
+/// What a worker says about itself when it attaches.
+#[derive(Debug, Clone)]
+pub struct WorkerInfo {
+    pub worker_id: String,
+    pub slots: u32,
+    pub tasks: Vec<AttachedTask>,
+    pub highest_term_seen: u64,
+}
+
+/// A worker's outbox, leased to a job for the life of a deployment.
+#[derive(Debug, Clone)]
+pub struct WorkerLease {
+    pub worker_id: String,
+    pub outbox: mpsc::Sender<LeaderMessage>,
+}
+
+pub(crate) enum RuntimeCmd {
+    Attach {
+        info: WorkerInfo,
+        outbox: mpsc::Sender<LeaderMessage>,
+        reply: oneshot::Sender<Result<u64, Status>>,
+    },
+    Detach {
+        worker_id: String,
+        session: u64,
+    },
+    Heartbeat {
+        worker_id: String,
+        session: u64,
+    },
+    Report {
+        worker_id: String,
+        session: u64,
+        msg: Box<TaskMessage>,
+        reply: oneshot::Sender<Result<(), Status>>,
+    },
+    AcquireWorker {
+        job: JobId,
+        slots: u32,
+        reply: oneshot::Sender<Option<WorkerLease>>,
+    },
+    ReleaseWorker {
+        job: JobId,
+    },
+    AdoptLease {
+        job: JobId,
+        worker_id: String,
+        slots: u32,
+    },
+    Trigger {
+        job: JobId,
+        kind: TriggerKind,
+        reply: oneshot::Sender<TriggerReply>,
+    },
+    Jobs {
+        reply: oneshot::Sender<Vec<JobView>>,
+    },
+}
+
+/// Cheap handle on the runtime of one term.
+#[derive(Clone)]
+pub struct TermHandle {
+    pub term: u64,
+    pub leader_id: u64,
+    pub heartbeat_interval: Duration,
+    pub heartbeat_timeout: Duration,
+    tx: mpsc::Sender<RuntimeCmd>,
+}
+
+fn gone() -> Status {
+    Status::unavailable(
+        "the leader's coordinator runtime stopped (leadership lost); reconnect to the new leader",
+    )
+}
+
+impl TermHandle {
+    async fn ask<T>(&self, make: impl FnOnce(oneshot::Sender<T>) -> RuntimeCmd) -> Result<T, Status> {
+        let (tx, rx) = oneshot::channel();
+        self.tx.send(make(tx)).await.map_err(|_| gone())?;
+        rx.await.map_err(|_| gone())
+    }
+
+    /// Registers a worker's stream; returns its session number.
+    pub async fn attach(&self, info: WorkerInfo, outbox: mpsc::Sender<LeaderMessage>) -> Result<u64, Status> {
+        self.ask(|reply| RuntimeCmd::Attach { info, outbox, reply }).await?
+    }
+
+    pub async fn detach(&self, worker_id: String, session: u64) {
+        let _ = self.tx.send(RuntimeCmd::Detach { worker_id, session }).await;
+    }
+
+    pub async fn heartbeat(&self, worker_id: String, session: u64) {
+        let _ = self.tx.send(RuntimeCmd::Heartbeat { worker_id, session }).await;
+    }
+
+    /// Hands a task report to its job; the error is a precise refusal for the worker.
+    pub async fn report(&self, worker_id: String, session: u64, msg: TaskMessage) -> Result<(), Status> {
+        self.ask(|reply| RuntimeCmd::Report { worker_id, session, msg: Box::new(msg), reply }).await?
+    }
+
+    pub(crate) async fn acquire_worker(&self, job: JobId, slots: u32) -> Option<WorkerLease> {
+        self.ask(|reply| RuntimeCmd::AcquireWorker { job, slots, reply }).await.ok().flatten()
+    }
+
+    /// Records that `job` runs on `worker_id` (tasks that re-attached after a leader change).
+    pub(crate) async fn adopt_lease(&self, job: JobId, worker_id: String, slots: u32) {
+        let _ = self.tx.send(RuntimeCmd::AdoptLease { job, worker_id, slots }).await;
+    }
+
+    pub(crate) async fn release_worker(&self, job: JobId) {
+        let _ = self.tx.send(RuntimeCmd::ReleaseWorker { job }).await;
+    }
+
+    /// Triggers a checkpoint or savepoint of a job; answers when it completed or failed.
+    pub async fn trigger(&self, job: JobId, kind: TriggerKind) -> Result<TriggerReply, Status> {
+        self.ask(|reply| RuntimeCmd::Trigger { job, kind, reply }).await
+    }
+
+    /// What every job driver of this term is doing.
+    pub async fn jobs(&self) -> Result<Vec<JobView>, Status> {
+        self.ask(|reply| RuntimeCmd::Jobs { reply }).await
+    }
+
+    /// Resolves when this term's runtime has stopped.
+    pub async fn closed(&self) {
+        self.tx.closed().await
+    }
+
+    pub fn leader_message(&self, body: leader_message::Body) -> LeaderMessage {
+        LeaderMessage { term: self.term, body: Some(body) }
+    }
+}
+
+pub(crate) struct TermRuntime {
+    handle: TermHandle,
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<()>,
+}
+
+impl TermRuntime {
+    pub(crate) fn start(ctx: ReplicaContext, options: Arc<LeaderOptions>, term: u64) -> Self {
+        let (tx, rx) = mpsc::channel(1024);
+        let handle = TermHandle {
+            term,
+            leader_id: ctx.id,
+            heartbeat_interval: options.workers.heartbeat_interval,
+            heartbeat_timeout: options.workers.heartbeat_timeout,
+            tx,
+        };
+        let (stop_tx, stop_rx) = oneshot::channel();
+        let rt = Runtime {
+            grace_until: Instant::now() + options.workers.reattach_grace,
+            grace_over: false,
+            ctx,
+            options,
+            handle: handle.clone(),
+            workers: BTreeMap::new(),
+            leases: BTreeMap::new(),
+            jobs: BTreeMap::new(),
+            drivers: JoinSet::new(),
+            next_session: 1,
+            last_heartbeat_sent: Instant::now(),
+        };
+        let task = tokio::spawn(rt.run(rx, stop_rx));
+        Self { handle, stop: Some(stop_tx), task }
+    }
+
+    pub(crate) fn handle(&self) -> TermHandle {
+        self.handle.clone()
+    }
+
+    pub(crate) async fn stop(mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if tokio::time::timeout(Duration::from_secs(10), &mut self.task).await.is_err() {
+            tracing::warn!(term = self.handle.term, "runtime did not stop in time; aborting it");
+            self.task.abort();
+        }
+    }
+}
+
+struct Worker {
+    session: u64,
+    slots: u32,
+    outbox: mpsc::Sender<LeaderMessage>,
+    last_seen: Instant,
+    connected: bool,
+}
+
+struct Runtime {
+    ctx: ReplicaContext,
+    options: Arc<LeaderOptions>,
+    handle: TermHandle,
+    workers: BTreeMap<String, Worker>,
+    /// Which worker each deployed job runs on, and how many slots it takes.
+    leases: BTreeMap<JobId, (String, u32)>,
+    jobs: BTreeMap<JobId, JobHandle>,
+    /// Every job driver task; nothing runs detached.
+    drivers: JoinSet<JobId>,
+    grace_until: Instant,
+    grace_over: bool,
+    next_session: u64,
+    last_heartbeat_sent: Instant,
+}
+
+impl Runtime {
+    async fn run(mut self, mut rx: mpsc::Receiver<RuntimeCmd>, mut stop: oneshot::Receiver<()>) {
+        let term = self.handle.term;
+        self.discover_jobs(true);
+        let tick_every = self.options.workers.heartbeat_interval.min(Duration::from_millis(200));
+        let mut tick = tokio::time::interval(tick_every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                biased;
+                _ = &mut stop => break,
+                Some(done) = self.drivers.join_next() => self.on_driver_exit(done),
+                cmd = rx.recv() => match cmd {
+                    Some(cmd) => self.on_command(cmd).await,
+                    None => break,
+                },
+                _ = tick.tick() => self.on_tick().await,
+            }
+        }
+        tracing::info!(term, "stopping the coordinator runtime");
+        for job in self.jobs.values() {
+            job.send_now(JobInput::Stop);
+        }
+        let deadline = Instant::now() + Duration::from_secs(8);
+        while !self.drivers.is_empty() {
+            match tokio::time::timeout_at(deadline, self.drivers.join_next()).await {
+                Ok(Some(_)) => {}
+                Ok(None) => break,
+                Err(_) => {
+                    tracing::warn!(term, "job drivers did not stop in time; aborting them");
+                    self.drivers.abort_all();
+                    break;
+                }
+            }
+        }
+    }
+
+    fn on_driver_exit(&mut self, done: Result<JobId, tokio::task::JoinError>) {
+        match done {
+            Ok(job) => {
+                tracing::info!(job = %job, "job driver finished");
+                self.jobs.remove(&job);
+                self.leases.remove(&job);
+            }
+            Err(e) => tracing::error!(error = %e, "a job driver panicked or was aborted"),
+        }
+    }
+
+    /// Starts a driver for every live job without one.
+    fn discover_jobs(&mut self, at_term_start: bool) {
+        for record in self.ctx.reader.jobs() {
+            if record.status.is_terminal() || self.jobs.contains_key(&record.id) {
+                continue;
+            }
+            let reattach = at_term_start && !self.grace_over;
+            let (driver, handle) = JobDriver::new(
+                self.ctx.clone(),
+                self.options.clone(),
+                self.handle.clone(),
+                record.id.clone(),
+                reattach,
+            );
+            tracing::info!(job = %record.id, term = self.handle.term, reattach, "starting job driver");
+            self.jobs.insert(record.id.clone(), handle);
+            self.drivers.spawn(driver.run());
+        }
+    }
+
+    async fn on_tick(&mut self) {
+        let now = Instant::now();
+        self.discover_jobs(false);
+        if !self.grace_over && now >= self.grace_until {
+            self.grace_over = true;
+            for job in self.jobs.values() {
+                job.send(JobInput::GraceEnded).await;
+            }
+        }
+        let timeout = self.options.workers.heartbeat_timeout;
+        let lost: Vec<String> = self
+            .workers
+            .iter()
+            .filter(|(_, w)| now.duration_since(w.last_seen) > timeout)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in lost {
+            self.workers.remove(&id);
+            tracing::warn!(worker = %id, timeout = ?timeout, "worker lost: no heartbeat");
+            self.worker_lost(&id).await;
+        }
+        if now.duration_since(self.last_heartbeat_sent) >= self.options.workers.heartbeat_interval {
+            self.last_heartbeat_sent = now;
+            let msg = self.handle.leader_message(leader_message::Body::Heartbeat(Heartbeat { sequence: 0 }));
+            for w in self.workers.values().filter(|w| w.connected) {
+                // A full outbox means a slow worker; its liveness is judged by its own heartbeats.
+                let _ = w.outbox.try_send(msg.clone());
+            }
+        }
+    }
+
+    async fn worker_lost(&mut self, worker_id: &str) {
+        let jobs: Vec<JobId> =
+            self.leases.iter().filter(|(_, (w, _))| w == worker_id).map(|(j, _)| j.clone()).collect();
+        for job in jobs {
+            self.leases.remove(&job);
+            if let Some(h) = self.jobs.get(&job) {
+                h.send(JobInput::WorkerLost { worker_id: worker_id.to_owned() }).await;
+            }
+        }
+        self.workers_changed().await;
+    }
+
+    async fn workers_changed(&self) {
+        for job in self.jobs.values() {
+            job.send(JobInput::WorkersChanged).await;
+        }
+    }
+
+    fn free_slots(&self, worker_id: &str) -> u32 {
+        let used: u32 = self.leases.values().filter(|(w, _)| w == worker_id).map(|(_, n)| *n).sum();
+        self.workers.get(worker_id).map_or(0, |w| w.slots.saturating_sub(used))
+    }
+
+    async fn on_command(&mut self, cmd: RuntimeCmd) {
+        match cmd {
+            RuntimeCmd::Attach { info, outbox, reply } => {
+                let r = self.attach(info, outbox).await;
+                let _ = reply.send(r);
+            }
+            RuntimeCmd::Detach { worker_id, session } => {
+                if let Some(w) = self.workers.get_mut(&worker_id)
+                    && w.session == session
+                {
+                    // Kept until its heartbeat timeout: it may reconnect.
+                    w.connected = false;
+                    tracing::info!(worker = %worker_id, session, "worker stream closed");
+                }
+            }
+            RuntimeCmd::Heartbeat { worker_id, session } => {
+                if let Some(w) = self.workers.get_mut(&worker_id)
+                    && w.session == session
+                {
+                    w.last_seen = Instant::now();
+                }
+            }
+            RuntimeCmd::Report { worker_id, session, msg, reply } => {
+                let current = self.workers.get_mut(&worker_id).filter(|w| w.session == session);
+                let Some(w) = current else {
+                    let _ = reply.send(Err(Status::failed_precondition(format!(
+                        "worker {worker_id:?} session {session} is not attached to this leader; register again"
+                    ))));
+                    return;
+                };
+                w.last_seen = Instant::now();
+                let job = match JobId::new(msg.task().task.job.clone()) {
+                    Ok(j) => j,
+                    Err(e) => {
+                        let _ = reply.send(Err(Status::invalid_argument(format!("task.job: {e}"))));
+                        return;
+                    }
+                };
+                match self.jobs.get(&job) {
+                    Some(h) => h.send(JobInput::Report { worker_id, msg, reply }).await,
+                    None => {
+                        let _ = reply
+                            .send(Err(Status::not_found(format!("unknown job `{job}` (or not running)"))));
+                    }
+                }
+            }
+            RuntimeCmd::AcquireWorker { job, slots, reply } => {
+                let pick = self
+                    .workers
+                    .iter()
+                    .filter(|(_, w)| w.connected)
+                    .map(|(id, _)| (self.free_slots(id), id.clone()))
+                    .filter(|(free, _)| *free >= slots)
+                    .max_by_key(|(free, id)| (*free, std::cmp::Reverse(id.clone())));
+                let lease = pick.and_then(|(_, id)| {
+                    let w = self.workers.get(&id)?;
+                    Some(WorkerLease { worker_id: id.clone(), outbox: w.outbox.clone() })
+                });
+                if let Some(l) = &lease {
+                    self.leases.insert(job, (l.worker_id.clone(), slots));
+                }
+                let _ = reply.send(lease);
+            }
+            RuntimeCmd::AdoptLease { job, worker_id, slots } => {
+                self.leases.insert(job, (worker_id, slots));
+            }
+            RuntimeCmd::ReleaseWorker { job } => {
+                if self.leases.remove(&job).is_some() {
+                    self.workers_changed().await;
+                }
+            }
+            RuntimeCmd::Trigger { job, kind, reply } => match self.jobs.get(&job) {
+                Some(h) => h.send(JobInput::Trigger { kind, reply }).await,
+                None => {
+                    let _ = reply.send(Err(format!("unknown job `{job}` (or not running)")));
+                }
+            },
+            RuntimeCmd::Jobs { reply } => {
+                let mut views = Vec::new();
+                for h in self.jobs.values() {
+                    if let Some(v) = h.view().await {
+                        views.push(v);
+                    }
+                }
+                let _ = reply.send(views);
+            }
+        }
+    }
+
+    async fn attach(&mut self, info: WorkerInfo, outbox: mpsc::Sender<LeaderMessage>) -> Result<u64, Status> {
+        if info.highest_term_seen > self.handle.term {
+            return Err(Status::failed_precondition(format!(
+                "this leader's term {} is older than term {} the worker has seen; find the current leader",
+                self.handle.term, info.highest_term_seen
+            )));
+        }
+        let session = self.next_session;
+        self.next_session += 1;
+        let leased: u32 = self.leases.values().filter(|(w, _)| *w == info.worker_id).map(|(_, n)| *n).sum();
+        if info.slots < leased {
+            tracing::warn!(worker = %info.worker_id, slots = info.slots, leased, "worker re-attached with fewer slots than leased");
+        }
+        self.workers.insert(
+            info.worker_id.clone(),
+            Worker {
+                session,
+                slots: info.slots,
+                outbox: outbox.clone(),
+                last_seen: Instant::now(),
+                connected: true,
+            },
+        );
+        tracing::info!(worker = %info.worker_id, session, slots = info.slots, tasks = info.tasks.len(), term = self.handle.term, "worker attached");
+        // Hand each job the tasks of it that the worker runs; tell the worker to cancel tasks of
+        // jobs this leader does not run.
+        let mut by_job: BTreeMap<String, Vec<AttachedTask>> = BTreeMap::new();
+        for t in info.tasks {
+            by_job.entry(t.job_id.clone()).or_default().push(t);
+        }
+        let lease = WorkerLease { worker_id: info.worker_id.clone(), outbox };
+        let mut orphans = BTreeSet::new();
+        for (job, tasks) in by_job {
+            match JobId::new(job.clone()).ok().and_then(|j| self.jobs.get(&j).map(|h| (j, h))) {
+                Some((_, h)) => h.send(JobInput::Attached { lease: lease.clone(), tasks }).await,
+                None => {
+                    for t in tasks {
+                        orphans.insert((job.clone(), t.attempt));
+                    }
+                }
+            }
+        }
+        for (job, attempt) in orphans {
+            tracing::info!(job = %job, attempt, worker = %info.worker_id, "cancelling tasks of a job this leader does not run");
+            super::job::send_cancel(&self.handle, &lease, &job, attempt as u32).await;
+        }
+        self.workers_changed().await;
+        Ok(session)
+    }
+}

@@ -1,0 +1,213 @@
+//! A scripted worker: speaks the task gateway protocol directly, so tests can send exactly the
+//! messages they want (including bad ones) and observe exactly what the leader sends.
+
+use std::time::Duration;
+
+use cairn_proto::leader_hint::parse_not_leader;
+use cairn_proto::v1::task_gateway_client::TaskGatewayClient;
+use cairn_proto::v1::{
+    AttachedTask, GatewayError, Heartbeat, LeaderMessage, RegisterWorker, WorkerMessage, leader_message,
+    worker_message,
+};
+use cairn_taskrt::protocol::{Deployment, TaskAttemptId, TaskCommand, TaskId, TaskMessage, TaskStatus};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::Streaming;
+
+/// One attached gateway stream.
+pub struct ScriptedWorker {
+    pub worker_id: String,
+    /// Term of the leader this stream is attached to.
+    pub term: u64,
+    /// Address of that leader.
+    pub leader_addr: String,
+    tx: mpsc::Sender<WorkerMessage>,
+    rx: Streaming<LeaderMessage>,
+}
+
+/// What the leader sent, decoded.
+#[derive(Debug)]
+pub enum FromLeader {
+    Deploy(Box<Deployment>),
+    Command(TaskCommand),
+    Error(GatewayError),
+    Heartbeat,
+    Registered,
+}
+
+impl ScriptedWorker {
+    /// Attaches to whichever of `addrs` leads (following not-leader hints), registering with
+    /// `tasks` as running task attempts.
+    pub async fn attach(
+        addrs: &[String],
+        worker_id: &str,
+        slots: u32,
+        tasks: Vec<AttachedTask>,
+        timeout: Duration,
+    ) -> anyhow::Result<Self> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut i = 0usize;
+        let mut target = addrs.first().cloned().ok_or_else(|| anyhow::anyhow!("no addresses"))?;
+        loop {
+            match Self::try_attach(&target, worker_id, slots, tasks.clone()).await {
+                Ok(w) => return Ok(w),
+                Err(status) => {
+                    if tokio::time::Instant::now() >= deadline {
+                        anyhow::bail!("could not attach within {timeout:?}: {status}");
+                    }
+                    target = match parse_not_leader(&status).and_then(|h| h.leader_addr) {
+                        Some(a) if a != target => a,
+                        _ => {
+                            i += 1;
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                            addrs[i % addrs.len()].clone()
+                        }
+                    };
+                }
+            }
+        }
+    }
+
+    async fn try_attach(
+        addr: &str,
+        worker_id: &str,
+        slots: u32,
+        tasks: Vec<AttachedTask>,
+    ) -> Result<Self, tonic::Status> {
+        let mut client = TaskGatewayClient::connect(format!("http://{addr}"))
+            .await
+            .map_err(|e| tonic::Status::unavailable(e.to_string()))?
+            .max_decoding_message_size(64 * 1024 * 1024)
+            .max_encoding_message_size(64 * 1024 * 1024);
+        let (tx, rx) = mpsc::channel(64);
+        let register = RegisterWorker { worker_id: worker_id.to_owned(), slots, tasks, highest_term_seen: 0 };
+        tx.send(WorkerMessage { body: Some(worker_message::Body::Register(register)) })
+            .await
+            .map_err(|_| tonic::Status::internal("channel closed"))?;
+        let mut rx = client.attach(ReceiverStream::new(rx)).await?.into_inner();
+        let first = rx.message().await?.ok_or_else(|| tonic::Status::unavailable("stream ended"))?;
+        match first.body {
+            Some(leader_message::Body::Registered(_)) => Ok(Self {
+                worker_id: worker_id.to_owned(),
+                term: first.term,
+                leader_addr: addr.to_owned(),
+                tx,
+                rx,
+            }),
+            other => Err(tonic::Status::internal(format!("expected registered, got {other:?}"))),
+        }
+    }
+
+    pub async fn send(&self, body: worker_message::Body) -> anyhow::Result<()> {
+        self.tx.send(WorkerMessage { body: Some(body) }).await.map_err(|_| anyhow::anyhow!("stream closed"))
+    }
+
+    pub async fn report(&self, msg: &TaskMessage) -> anyhow::Result<()> {
+        self.send(worker_message::Body::ReportJson(serde_json::to_vec(msg)?)).await
+    }
+
+    pub async fn heartbeat(&self) -> anyhow::Result<()> {
+        self.send(worker_message::Body::Heartbeat(Heartbeat { sequence: 1 })).await
+    }
+
+    /// The next leader message (heartbeats included), within `timeout`. A stream error is
+    /// returned as `Err` with the status.
+    pub async fn next(&mut self, timeout: Duration) -> anyhow::Result<FromLeader> {
+        let msg = tokio::time::timeout(timeout, self.rx.message())
+            .await
+            .map_err(|_| anyhow::anyhow!("no leader message within {timeout:?}"))??
+            .ok_or_else(|| anyhow::anyhow!("the leader ended the stream"))?;
+        anyhow::ensure!(
+            msg.term >= self.term,
+            "leader message with an older term {} < {}",
+            msg.term,
+            self.term
+        );
+        Ok(match msg.body {
+            Some(leader_message::Body::DeployJson(j)) => {
+                FromLeader::Deploy(Box::new(serde_json::from_slice(&j)?))
+            }
+            Some(leader_message::Body::CommandJson(j)) => FromLeader::Command(serde_json::from_slice(&j)?),
+            Some(leader_message::Body::Error(e)) => FromLeader::Error(e),
+            Some(leader_message::Body::Heartbeat(_)) => FromLeader::Heartbeat,
+            Some(leader_message::Body::Registered(_)) => FromLeader::Registered,
+            None => anyhow::bail!("empty leader message"),
+        })
+    }
+
+    /// Skips heartbeats (answering them) until something else arrives.
+    pub async fn next_non_heartbeat(&mut self, timeout: Duration) -> anyhow::Result<FromLeader> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            match self.next(left).await? {
+                FromLeader::Heartbeat => self.heartbeat().await?,
+                other => return Ok(other),
+            }
+        }
+    }
+
+    /// Waits for a gateway error (skipping heartbeats and commands).
+    pub async fn expect_error(&mut self, timeout: Duration) -> anyhow::Result<GatewayError> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if let FromLeader::Error(e) = self.next_non_heartbeat(left).await? {
+                return Ok(e);
+            }
+        }
+    }
+
+    /// Waits for a command matching `pred` (answering heartbeats, skipping other commands).
+    pub async fn expect_command(
+        &mut self,
+        timeout: Duration,
+        mut pred: impl FnMut(&TaskCommand) -> bool,
+    ) -> anyhow::Result<TaskCommand> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            match self.next_non_heartbeat(left).await? {
+                FromLeader::Command(c) if pred(&c) => return Ok(c),
+                FromLeader::Error(e) => anyhow::bail!("unexpected gateway error {}: {}", e.code, e.message),
+                _ => {}
+            }
+        }
+    }
+}
+
+/// The task attempt id of `(vertex, subtask)` of a deployment.
+pub fn attempt_id(d: &Deployment, vertex: &str, subtask: u32) -> TaskAttemptId {
+    TaskAttemptId {
+        task: TaskId { job: d.job_id.clone(), vertex: vertex.to_owned(), subtask },
+        attempt: d.attempt,
+    }
+}
+
+/// Every `(vertex, subtask)` of a deployment's graph.
+pub fn subtasks(d: &Deployment) -> anyhow::Result<Vec<(String, u32)>> {
+    let graph: cairn_taskrt::graph::JobGraph = serde_json::from_value(d.graph.clone())?;
+    Ok(graph.vertices.iter().flat_map(|v| (0..v.parallelism).map(move |i| (v.id.clone(), i))).collect())
+}
+
+/// Reports every task of the deployment as running.
+pub async fn report_all_running(w: &ScriptedWorker, d: &Deployment) -> anyhow::Result<()> {
+    for (v, i) in subtasks(d)? {
+        w.report(&TaskMessage::Status { task: attempt_id(d, &v, i), status: TaskStatus::Running }).await?;
+    }
+    Ok(())
+}
+
+/// Attached-task descriptors for re-registering a deployment's tasks.
+pub fn attached(d: &Deployment) -> anyhow::Result<Vec<AttachedTask>> {
+    Ok(subtasks(d)?
+        .into_iter()
+        .map(|(vertex, subtask)| AttachedTask {
+            job_id: d.job_id.clone(),
+            vertex,
+            subtask,
+            attempt: d.attempt as u64,
+            status: "running".into(),
+        })
+        .collect())
+}

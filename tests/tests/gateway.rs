@@ -1,0 +1,246 @@
+//! The task gateway and the leader's job driver, exercised by a scripted worker over real gRPC:
+//! deployment, checkpoint completion notified only after the Raft commit, precise refusals of
+//! bad input that change nothing, and a leader stopped between the acknowledgements and the
+//! completion.
+
+use std::time::Duration;
+
+use cairn_proto::leader_hint::parse_not_leader;
+use cairn_proto::v1::task_gateway_client::TaskGatewayClient;
+use cairn_proto::v1::{Heartbeat, WorkerMessage, worker_message};
+use cairn_raft::model::JobId;
+use cairn_storage::checkpoint::{SubtaskState, TaskCheckpointMetrics};
+use cairn_taskrt::demo::DemoJob;
+use cairn_taskrt::demo::source::SourceConfig;
+use cairn_taskrt::protocol::{Deployment, TaskMessage, ToTask};
+use cairn_tests::init_test_logging;
+use cairn_tests::inproc::{InProcCluster, test_timing};
+use cairn_tests::scripted::{FromLeader, ScriptedWorker, attached, attempt_id, report_all_running, subtasks};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::Code;
+
+const T: Duration = Duration::from_secs(20);
+
+fn spec(output: &std::path::Path, interval_ms: Option<u64>) -> String {
+    let graph = DemoJob {
+        source: SourceConfig::default(),
+        output_dir: output.display().to_string(),
+        source_parallelism: 1,
+        parallelism: 1,
+        max_parallelism: 8,
+    }
+    .graph();
+    let mut checkpoint = serde_json::json!({ "timeout": { "secs": 30, "nanos": 0 } });
+    if let Some(ms) = interval_ms {
+        checkpoint["interval"] = serde_json::json!({ "secs": ms / 1000, "nanos": (ms % 1000) * 1_000_000 });
+    }
+    serde_json::json!({ "graph": graph, "checkpoint": checkpoint }).to_string()
+}
+
+async fn deployed(w: &mut ScriptedWorker) -> anyhow::Result<Deployment> {
+    match w.next_non_heartbeat(T).await? {
+        FromLeader::Deploy(d) => Ok(*d),
+        other => anyhow::bail!("expected a deployment, got {other:?}"),
+    }
+}
+
+fn ack(d: &Deployment, vertex: &str, subtask: u32, checkpoint_id: u64) -> TaskMessage {
+    TaskMessage::Acknowledge {
+        task: attempt_id(d, vertex, subtask),
+        checkpoint_id,
+        state: SubtaskState::default(),
+        metrics: TaskCheckpointMetrics::default(),
+    }
+}
+
+fn is_trigger(c: &cairn_taskrt::protocol::TaskCommand) -> Option<u64> {
+    match c.body {
+        ToTask::TriggerCheckpoint { checkpoint_id, .. } => Some(checkpoint_id),
+        _ => None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_gateway_input_is_refused_precisely_and_changes_nothing() -> anyhow::Result<()> {
+    init_test_logging();
+    let cluster = InProcCluster::start(1, test_timing()).await?;
+    let leader = cluster.wait_leader(T).await?;
+    let out = tempfile::tempdir()?;
+    let mut client = cluster.client()?;
+    client.register_job("j", &spec(out.path(), Some(300))).await?;
+    let addrs: Vec<String> = cluster.addrs.values().map(|a| a.to_string()).collect();
+
+    // A stream whose first message is not `register` is refused.
+    let mut raw = TaskGatewayClient::connect(format!("http://{}", addrs[0])).await?;
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    tx.send(WorkerMessage { body: Some(worker_message::Body::Heartbeat(Heartbeat { sequence: 1 })) }).await?;
+    let st = raw.attach(ReceiverStream::new(rx)).await.expect_err("must be refused");
+    assert_eq!(st.code(), Code::InvalidArgument);
+    assert!(st.message().contains("register"), "{}", st.message());
+
+    let mut w = ScriptedWorker::attach(&addrs, "w1", 8, vec![], T).await?;
+    let d = deployed(&mut w).await?;
+    assert_eq!(d.job_id, "j");
+    assert_eq!(d.attempt, 1);
+    report_all_running(&w, &d).await?;
+    let trigger = w.expect_command(T, |c| is_trigger(c).is_some()).await?;
+    let id = is_trigger(&trigger).ok_or_else(|| anyhow::anyhow!("no trigger"))?;
+    assert_eq!(trigger.tasks, vec![("source".to_string(), 0)], "only sources are triggered");
+
+    let job = JobId::new("j")?;
+    let reader =
+        cluster.replica(leader).ok_or_else(|| anyhow::anyhow!("no leader"))?.context().reader.clone();
+    let before = reader.job(&job).map(|j| (j.completed.clone(), j.status.clone()));
+
+    // Garbage report bytes.
+    w.send(worker_message::Body::ReportJson(b"\x00\xffnot json".to_vec())).await?;
+    let e = w.expect_error(T).await?;
+    assert_eq!(e.code, Code::InvalidArgument as i32);
+    assert!(e.message.contains("report_json"), "{}", e.message);
+    // Unknown job.
+    let mut other = ack(&d, "source", 0, id);
+    if let TaskMessage::Acknowledge { task, .. } = &mut other {
+        task.task.job = "nope".into();
+    }
+    w.report(&other).await?;
+    let e = w.expect_error(T).await?;
+    assert_eq!(e.code, Code::NotFound as i32, "{}", e.message);
+    assert!(e.message.contains("unknown job `nope`"), "{}", e.message);
+    // Unknown task.
+    w.report(&ack(&d, "nope", 0, id)).await?;
+    let e = w.expect_error(T).await?;
+    assert_eq!(e.code, Code::NotFound as i32, "{}", e.message);
+    // An ack for a future checkpoint id.
+    w.report(&ack(&d, "source", 0, id + 1000)).await?;
+    let e = w.expect_error(T).await?;
+    assert_eq!(e.code, Code::InvalidArgument as i32);
+    assert!(e.message.contains("never triggered"), "{}", e.message);
+    // An ack from an unknown attempt.
+    let mut stale = ack(&d, "source", 0, id);
+    if let TaskMessage::Acknowledge { task, .. } = &mut stale {
+        task.attempt = 77;
+    }
+    w.report(&stale).await?;
+    let e = w.expect_error(T).await?;
+    assert_eq!(e.code, Code::FailedPrecondition as i32, "{}", e.message);
+    // A valid ack, then the same ack again.
+    w.report(&ack(&d, "source", 0, id)).await?;
+    w.report(&ack(&d, "source", 0, id)).await?;
+    let e = w.expect_error(T).await?;
+    assert_eq!(e.code, Code::AlreadyExists as i32, "{}", e.message);
+
+    // None of it changed the replicated store, and the stream still works.
+    assert_eq!(reader.job(&job).map(|j| (j.completed.clone(), j.status.clone())), before);
+
+    // The remaining acks complete the checkpoint; the notification comes after the commit.
+    for (v, i) in subtasks(&d)? {
+        if v != "source" {
+            w.report(&ack(&d, &v, i, id)).await?;
+        }
+    }
+    w.expect_command(
+        T,
+        |c| matches!(c.body, ToTask::NotifyCheckpointComplete { checkpoint_id } if checkpoint_id == id),
+    )
+    .await?;
+    let rec = reader.job(&job).ok_or_else(|| anyhow::anyhow!("job gone"))?;
+    assert_eq!(rec.completed.last().map(|c| c.id), Some(id), "notified before it was in the store");
+    assert!(std::path::Path::new(&rec.completed[0].metadata_path).exists(), "_metadata was not written");
+
+    // An oversized message ends that stream with a precise status; a new stream works.
+    w.send(worker_message::Body::ReportJson(vec![b' '; 17 * 1024 * 1024])).await?;
+    let refusal = loop {
+        match w.next(T).await {
+            Ok(FromLeader::Error(e)) => break e,
+            Ok(_) => continue,
+            Err(e) => anyhow::bail!("the stream ended without saying why: {e}"),
+        }
+    };
+    assert_eq!(refusal.code, Code::OutOfRange as i32, "{refusal:?}");
+    let w2 = ScriptedWorker::attach(&addrs, "w1", 8, attached(&d)?, T).await?;
+    assert_eq!(w2.term, w.term);
+    cluster.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn follower_refuses_attach_with_leader_hint() -> anyhow::Result<()> {
+    init_test_logging();
+    let cluster = InProcCluster::start(3, test_timing()).await?;
+    let leader = cluster.wait_leader(T).await?;
+    let follower = *cluster.addrs.keys().find(|id| **id != leader).ok_or_else(|| anyhow::anyhow!("none"))?;
+    let mut raw = TaskGatewayClient::connect(format!("http://{}", cluster.addrs[&follower])).await?;
+    let (_tx, rx) = tokio::sync::mpsc::channel::<WorkerMessage>(1);
+    let st = raw.attach(ReceiverStream::new(rx)).await.expect_err("followers refuse");
+    let hint = parse_not_leader(&st).ok_or_else(|| anyhow::anyhow!("no hint in {st}"))?;
+    assert_eq!(hint.leader_id, Some(leader));
+    assert_eq!(hint.leader_addr, Some(cluster.addrs[&leader].to_string()));
+    cluster.shutdown().await;
+    Ok(())
+}
+
+/// The leader is stopped right after the last acknowledgement. Either the checkpoint made it
+/// into the store (and the new leader notifies it), or it did not (and nobody ever notifies it);
+/// checkpoint ids continue above every id seen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_stopped_between_ack_and_completion() -> anyhow::Result<()> {
+    init_test_logging();
+    let mut cluster = InProcCluster::start(3, test_timing()).await?;
+    cluster.wait_leader(T).await?;
+    let out = tempfile::tempdir()?;
+    let mut client = cluster.client()?;
+    client.register_job("j", &spec(out.path(), Some(200))).await?;
+    let addrs: Vec<String> = cluster.addrs.values().map(|a| a.to_string()).collect();
+
+    let mut w = ScriptedWorker::attach(&addrs, "w1", 8, vec![], T).await?;
+    let d = deployed(&mut w).await?;
+    report_all_running(&w, &d).await?;
+    let trigger = w.expect_command(T, |c| is_trigger(c).is_some()).await?;
+    let id = is_trigger(&trigger).ok_or_else(|| anyhow::anyhow!("no trigger"))?;
+    for (v, i) in subtasks(&d)? {
+        w.report(&ack(&d, &v, i, id)).await?;
+    }
+    let old = cluster.wait_leader(T).await?;
+    cluster.stop(old).await;
+    // Drain what the old leader sent before it stopped.
+    let mut notified_by_old = false;
+    while let Ok(m) = w.next(Duration::from_millis(500)).await {
+        if let FromLeader::Command(c) = m
+            && matches!(c.body, ToTask::NotifyCheckpointComplete { checkpoint_id } if checkpoint_id == id)
+        {
+            notified_by_old = true;
+        }
+    }
+    let new_leader = cluster.wait_leader(T).await?;
+    let reader = cluster.replica(new_leader).ok_or_else(|| anyhow::anyhow!("gone"))?.context().reader.clone();
+    let job = JobId::new("j")?;
+    cluster.wait_applied(new_leader, 1, T).await?;
+    let in_store = reader.job(&job).is_some_and(|r| r.completed.iter().any(|c| c.id == id));
+    if notified_by_old {
+        assert!(in_store, "checkpoint {id} was notified but is not in the replicated store");
+    }
+
+    // The tasks re-attach to the new leader, which keeps them (no restart).
+    let old_term = w.term;
+    let mut w = ScriptedWorker::attach(&addrs, "w1", 8, attached(&d)?, T).await?;
+    assert!(w.term > old_term, "re-attached to term {} after term {old_term}", w.term);
+    let mut notified = notified_by_old;
+    let mut next_trigger = None;
+    while next_trigger.is_none() {
+        match w.next_non_heartbeat(T).await? {
+            FromLeader::Command(c) => match c.body {
+                ToTask::NotifyCheckpointComplete { checkpoint_id } if checkpoint_id == id => notified = true,
+                ToTask::TriggerCheckpoint { checkpoint_id, .. } => next_trigger = Some(checkpoint_id),
+                ToTask::Cancel => anyhow::bail!("the new leader restarted tasks that all re-attached"),
+                _ => {}
+            },
+            FromLeader::Deploy(_) => anyhow::bail!("the new leader redeployed tasks that all re-attached"),
+            _ => {}
+        }
+    }
+    assert_eq!(notified, in_store, "notified ({notified}) must equal present in the store ({in_store})");
+    let next = next_trigger.ok_or_else(|| anyhow::anyhow!("no trigger"))?;
+    assert!(next > id, "checkpoint id {next} under the new leader is not above {id}");
+    cluster.shutdown().await;
+    Ok(())
+}

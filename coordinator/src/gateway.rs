@@ -99,7 +99,9 @@ impl TaskGateway for GatewayService {
         let mut inbound = req.into_inner();
         let first = match tokio::time::timeout(REGISTER_TIMEOUT, inbound.message()).await {
             Err(_) => {
-                return Err(Status::deadline_exceeded("no register message within 10s of opening the stream"));
+                return Err(Status::deadline_exceeded(
+                    "no register message within 10s of opening the stream",
+                ));
             }
             Ok(Err(status)) => return Err(status),
             Ok(Ok(None)) => {

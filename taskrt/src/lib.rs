@@ -21,6 +21,7 @@
 //! | [`metrics`] | observable per-task counters and last checkpoint figures |
 //! | [`demo`] | the demo pipeline (sequence source → keyed counter → 2PC file sink) and its verifier |
 //! | [`testkit`] | a scripted coordinator for tests and benchmarks |
+//! | [`worker`] | the `cairn-worker run` process: leader following over the task gateway, sessions, the job host |
 //!
 //! # Data flow
 //!
@@ -72,3 +73,4 @@ pub mod runtime;
 pub mod state;
 pub mod task;
 pub mod testkit;
+pub mod worker;

@@ -161,7 +161,13 @@ impl TaskStatus {
 }
 
 /// What a task tells the coordinator.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+///
+/// Its JSON is internally tagged (`"type": "acknowledge" | "decline" | "status"`). Decoding is
+/// written by hand (see the `Deserialize` impl below): the derived decoder of an internally
+/// tagged enum buffers the content, and that buffer cannot turn the string keys JSON gives to
+/// integer-keyed maps (the key groups of `SubtaskState`) back into integers, so every
+/// acknowledgement carrying keyed state failed to decode.
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum TaskMessage {
     Acknowledge {
@@ -179,6 +185,58 @@ pub enum TaskMessage {
         task: TaskAttemptId,
         status: TaskStatus,
     },
+}
+
+impl<'de> Deserialize<'de> for TaskMessage {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+
+        #[derive(Deserialize)]
+        struct Acknowledge {
+            task: TaskAttemptId,
+            checkpoint_id: u64,
+            state: SubtaskState,
+            metrics: TaskCheckpointMetrics,
+        }
+        #[derive(Deserialize)]
+        struct Decline {
+            task: TaskAttemptId,
+            checkpoint_id: u64,
+            reason: DeclineReason,
+        }
+        #[derive(Deserialize)]
+        struct Status {
+            task: TaskAttemptId,
+            status: TaskStatus,
+        }
+
+        // `serde_json::Value` decodes integer map keys from strings; the derived buffer does not.
+        let mut value = serde_json::Value::deserialize(deserializer)?;
+        let tag = match value.as_object_mut().and_then(|o| o.remove("type")) {
+            Some(serde_json::Value::String(tag)) => tag,
+            Some(_) => return Err(D::Error::custom("task message `type` must be a string")),
+            None => return Err(D::Error::missing_field("type")),
+        };
+        let decoded = match tag.as_str() {
+            "acknowledge" => serde_json::from_value::<Acknowledge>(value).map(|m| TaskMessage::Acknowledge {
+                task: m.task,
+                checkpoint_id: m.checkpoint_id,
+                state: m.state,
+                metrics: m.metrics,
+            }),
+            "decline" => serde_json::from_value::<Decline>(value).map(|m| TaskMessage::Decline {
+                task: m.task,
+                checkpoint_id: m.checkpoint_id,
+                reason: m.reason,
+            }),
+            "status" => serde_json::from_value::<Status>(value)
+                .map(|m| TaskMessage::Status { task: m.task, status: m.status }),
+            other => {
+                return Err(D::Error::unknown_variant(other, &["acknowledge", "decline", "status"]));
+            }
+        };
+        decoded.map_err(D::Error::custom)
+    }
 }
 
 impl TaskMessage {
@@ -324,5 +382,46 @@ mod tests {
         assert_eq!(serde_json::to_string(&status).unwrap(), r#"{"status":"failed","cause":"boom"}"#);
         let back: CoordinatorMessage = serde_json::from_str(&json).unwrap();
         assert_eq!(back, msg);
+    }
+
+    #[test]
+    fn task_messages_with_keyed_state_round_trip_through_json() {
+        use cairn_storage::checkpoint::OperatorSubtaskState;
+        let task = TaskAttemptId {
+            task: TaskId { job: "j".into(), vertex: "count".into(), subtask: 1 },
+            attempt: 2,
+        };
+        let mut op = OperatorSubtaskState::default();
+        op.keyed.insert(3, StateFile { path: "chk-1/count-kg-3.state".into(), size: 10, crc32: 7 });
+        let mut state = SubtaskState::default();
+        state.operators.insert("count".into(), op);
+        let messages = [
+            TaskMessage::Acknowledge {
+                task: task.clone(),
+                checkpoint_id: 1,
+                state,
+                metrics: TaskCheckpointMetrics::default(),
+            },
+            TaskMessage::Decline {
+                task: task.clone(),
+                checkpoint_id: 2,
+                reason: DeclineReason::Subsumed { newer: 3 },
+            },
+            TaskMessage::Status { task, status: TaskStatus::Failed("boom".into()) },
+        ];
+        for msg in messages {
+            let json = serde_json::to_string(&msg).unwrap();
+            let back: TaskMessage = serde_json::from_str(&json).unwrap_or_else(|e| panic!("{json}: {e}"));
+            assert_eq!(back, msg);
+        }
+        let status = r#"{"type":"status","task":{"task":{"job":"j","vertex":"v","subtask":0},"attempt":1},"status":{"status":"running"}}"#;
+        assert!(matches!(serde_json::from_str::<TaskMessage>(status), Ok(TaskMessage::Status { .. })));
+        assert!(
+            serde_json::from_str::<TaskMessage>(r#"{"type":"bogus"}"#)
+                .unwrap_err()
+                .to_string()
+                .contains("bogus")
+        );
+        assert!(serde_json::from_str::<TaskMessage>(r#"{"task":1}"#).is_err());
     }
 }

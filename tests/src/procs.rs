@@ -105,12 +105,14 @@ impl Drop for CairnProcess {
     }
 }
 
-/// A cluster of `cairn` processes.
+/// A cluster of `cairn` processes, and `cairn-worker` processes attached to it.
 pub struct ProcCluster {
     root: TempDir,
     binary: PathBuf,
     peers: String,
     pub nodes: BTreeMap<u64, CairnProcess>,
+    /// Workers by name; `CairnProcess::id` is unused for them.
+    pub workers: BTreeMap<String, CairnProcess>,
     extra_args: Vec<String>,
 }
 
@@ -131,6 +133,7 @@ impl ProcCluster {
             binary,
             peers,
             nodes,
+            workers: BTreeMap::new(),
             extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
         };
         for id in 1..=n {
@@ -160,8 +163,10 @@ impl ProcCluster {
             .arg(&data_dir)
             .arg("--peers")
             .arg(&self.peers)
+            .arg("--checkpoint-dir")
+            .arg(self.root.path().join("checkpoints"))
             .args(&self.extra_args)
-            .env("CAIRN_LOG", "info,openraft=warn")
+            .env("CAIRN_LOG", "info,openraft=off")
             .env_remove("CAIRN_CONFIG")
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
@@ -169,6 +174,52 @@ impl ProcCluster {
             .spawn()?;
         node.child = Some(child);
         Ok(())
+    }
+
+    /// Starts (or restarts) a `cairn-worker` named `name` attached to this cluster.
+    pub fn launch_worker(&mut self, name: &str, slots: u32) -> anyhow::Result<()> {
+        let binary = binary("cairn-worker")?;
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.worker_log(name))?;
+        if self.workers.get(name).is_some_and(|w| w.is_running()) {
+            anyhow::bail!("worker {name} is already running");
+        }
+        let child = Command::new(binary)
+            .arg("run")
+            .arg("--coordinators")
+            .arg(self.addrs().join(","))
+            .arg("--worker-id")
+            .arg(name)
+            .arg("--slots")
+            .arg(slots.to_string())
+            .env("CAIRN_WORKER_LOG", "info")
+            .env_remove("CAIRN_WORKER_CONFIG")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()?;
+        self.workers.insert(name.to_owned(), CairnProcess { id: 0, addr: String::new(), child: Some(child) });
+        Ok(())
+    }
+
+    fn worker_log(&self, name: &str) -> PathBuf {
+        self.root.path().join(format!("worker-{name}.log"))
+    }
+
+    /// The checkpoint storage root shared by the replicas and workers.
+    pub fn checkpoint_dir(&self) -> PathBuf {
+        self.root.path().join("checkpoints")
+    }
+
+    /// A scratch directory inside the cluster's temp dir (e.g. a job's output).
+    pub fn scratch(&self, name: &str) -> anyhow::Result<PathBuf> {
+        let p = self.root.path().join(name);
+        std::fs::create_dir_all(&p)?;
+        Ok(p)
+    }
+
+    /// The current log of a worker.
+    pub fn worker_log_text(&self, name: &str) -> String {
+        std::fs::read_to_string(self.worker_log(name)).unwrap_or_default()
     }
 
     pub fn addrs(&self) -> Vec<String> {

@@ -30,9 +30,9 @@ fn spec(output: &std::path::Path, interval_ms: Option<u64>) -> String {
         max_parallelism: 8,
     }
     .graph();
-    let mut checkpoint = serde_json::json!({ "timeout": { "secs": 30, "nanos": 0 } });
+    let mut checkpoint = serde_json::json!({ "timeout": "30s" });
     if let Some(ms) = interval_ms {
-        checkpoint["interval"] = serde_json::json!({ "secs": ms / 1000, "nanos": (ms % 1000) * 1_000_000 });
+        checkpoint["interval"] = serde_json::json!(format!("{ms}ms"));
     }
     serde_json::json!({ "graph": graph, "checkpoint": checkpoint }).to_string()
 }

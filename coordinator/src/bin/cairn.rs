@@ -51,6 +51,21 @@ struct Cli {
     /// Build a snapshot after this many log entries.
     #[arg(long, env = "CAIRN_SNAPSHOT_AFTER_LOGS")]
     snapshot_after_logs: Option<u64>,
+    /// Default checkpoint storage root, shared with the workers (default cairn-data/checkpoints).
+    #[arg(long, env = "CAIRN_CHECKPOINT_DIR")]
+    checkpoint_dir: Option<PathBuf>,
+    /// Deploy jobs with incremental keyed-state checkpoints.
+    #[arg(long, env = "CAIRN_INCREMENTAL_CHECKPOINTS")]
+    incremental_checkpoints: bool,
+    /// Heartbeat interval on the task gateway, e.g. `500ms`.
+    #[arg(long, env = "CAIRN_WORKER_HEARTBEAT_INTERVAL", value_parser = humantime::parse_duration)]
+    worker_heartbeat_interval: Option<Duration>,
+    /// A worker silent for this long is lost and its jobs restart elsewhere.
+    #[arg(long, env = "CAIRN_WORKER_HEARTBEAT_TIMEOUT", value_parser = humantime::parse_duration)]
+    worker_heartbeat_timeout: Option<Duration>,
+    /// After a leader change, how long to wait for running tasks to re-attach.
+    #[arg(long, env = "CAIRN_REATTACH_GRACE", value_parser = humantime::parse_duration)]
+    reattach_grace: Option<Duration>,
     /// Log filter (tracing EnvFilter syntax), e.g. `info` or `cairn=debug,openraft=info`.
     #[arg(long, env = "CAIRN_LOG", default_value = "info,openraft=warn")]
     log: String,
@@ -99,6 +114,21 @@ fn build_config(cli: &Cli) -> anyhow::Result<NodeConfig> {
     }
     if let Some(v) = cli.snapshot_after_logs {
         c.raft.snapshot_after_logs = v;
+    }
+    if let Some(v) = &cli.checkpoint_dir {
+        c.checkpoint_dir = Some(v.clone());
+    }
+    if cli.incremental_checkpoints {
+        c.incremental_checkpoints = true;
+    }
+    if let Some(v) = cli.worker_heartbeat_interval {
+        c.workers.heartbeat_interval = v;
+    }
+    if let Some(v) = cli.worker_heartbeat_timeout {
+        c.workers.heartbeat_timeout = v;
+    }
+    if let Some(v) = cli.reattach_grace {
+        c.workers.reattach_grace = v;
     }
     c.validate()
         .context("invalid configuration (see `cairn --help` and the README's configuration reference)")?;

@@ -35,6 +35,8 @@ pub enum StartError {
     Raft(String),
     #[error("cannot use the listener: {0}")]
     Listener(std::io::Error),
+    #[error("cannot resolve the checkpoint directory: {0}")]
+    CheckpointDir(std::io::Error),
 }
 
 /// What the services of one replica share. Cheap to clone.
@@ -88,8 +90,11 @@ impl Replica {
             reader,
             advertise: Arc::from(config.advertise_addr()),
         };
+        // `_metadata` paths are stored in Raft and read by every replica and worker: make the
+        // root absolute so it does not depend on the working directory of whoever reads it.
+        let checkpoint_dir = std::path::absolute(config.checkpoint_dir()).map_err(StartError::CheckpointDir)?;
         let options = LeaderOptions {
-            checkpoint_dir: config.checkpoint_dir(),
+            checkpoint_dir,
             workers: config.workers.clone(),
             incremental: config.incremental_checkpoints,
         };

@@ -77,6 +77,8 @@ fn record_to_msg(job: &JobRecord) -> JobRecordMsg {
         completed_checkpoint_ids: job.completed.iter().map(|c| c.id).collect(),
         savepoint_ids: job.savepoints.iter().map(|s| s.checkpoint.id).collect(),
         spec_json: serde_json::to_string(&job.spec).unwrap_or_default(),
+        attempts: job.attempts,
+        num_completed: job.num_completed,
     }
 }
 

@@ -9,10 +9,14 @@ use serde::{Deserialize, Serialize};
 #[serde(default, deny_unknown_fields)]
 pub struct CheckpointConfig {
     /// Periodic checkpoint interval; `None` disables periodic checkpoints (Flink's default).
+    /// Durations are humantime strings (`"200ms"`, `"10min"`).
+    #[serde(with = "humantime_serde")]
     pub interval: Option<Duration>,
     /// A pending checkpoint that has not completed after this long is expired.
+    #[serde(with = "humantime_serde")]
     pub timeout: Duration,
     /// Minimum pause between the end of one checkpoint and the trigger of the next.
+    #[serde(with = "humantime_serde")]
     pub min_pause: Duration,
     /// Maximum number of checkpoints in flight at once.
     pub max_concurrent: u32,
@@ -128,6 +132,16 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(c.effective_interval(), Some(Duration::from_millis(500)));
+    }
+
+    #[test]
+    fn durations_are_humantime_strings() {
+        let c: CheckpointConfig = serde_json::from_str(r#"{"interval":"200ms","timeout":"1m"}"#).unwrap();
+        assert_eq!(c.interval, Some(Duration::from_millis(200)));
+        assert_eq!(c.timeout, Duration::from_secs(60));
+        let json = serde_json::to_value(CheckpointConfig::default()).unwrap();
+        assert_eq!(json["timeout"], "10m");
+        assert_eq!(json["interval"], serde_json::Value::Null);
     }
 
     #[test]

@@ -1,14 +1,18 @@
 //! `cairn-worker`: the task runtime process.
 //!
-//! Today it offers `verify`, the exactly-once verifier of the demo pipeline's committed output.
-//! Running tasks against a coordinator (`run`) needs the coordinator's task gateway, which this
-//! build does not contain; the subcommand says so and exits with an error.
+//! - `run`: attach to the coordinator leader over the task gateway (following it across leader
+//!   changes) and run the jobs it deploys here, until SIGTERM or SIGINT (then cancel every task
+//!   and exit 0). See `cairn-worker run --help`; every flag has a `CAIRN_WORKER_*` variable.
+//! - `verify`: the exactly-once verifier of the demo pipeline's committed output.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use anyhow::Context;
 use cairn_taskrt::demo::verify::{Expectation, verify_output};
+use cairn_taskrt::worker::{LogFormat, RunArgs, Worker, WorkerConfig};
 use clap::{Parser, Subcommand};
+use tracing_subscriber::EnvFilter;
 
 #[derive(Debug, Parser)]
 #[command(name = "cairn-worker", version, about = "Cairn task runtime")]
@@ -31,39 +35,100 @@ enum Command {
         #[arg(long)]
         records_per_key: Option<u64>,
     },
-    /// Run tasks for a coordinator (not available in this build).
-    Run {
-        /// Address of any coordinator replica.
-        #[arg(long)]
-        coordinator: Option<String>,
-    },
+    /// Run tasks for the coordinator leader: attach to any replica, follow the leader, run the
+    /// jobs it deploys here. Flags override the config file; each has a CAIRN_WORKER_*
+    /// environment variable (flags win over the environment).
+    Run(RunArgs),
 }
 
 fn main() -> ExitCode {
+    match Cli::parse().command {
+        Command::Verify { output, keys, records_per_key } => verify(&output, keys, records_per_key),
+        Command::Run(args) => match run(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                ExitCode::from(2)
+            }
+        },
+    }
+}
+
+fn verify(output: &std::path::Path, keys: Option<u64>, records_per_key: Option<u64>) -> ExitCode {
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_env_filter(EnvFilter::from_default_env())
         .with_writer(std::io::stderr)
         .init();
-    match Cli::parse().command {
-        Command::Verify { output, keys, records_per_key } => {
-            let expect = Expectation { keys, records_per_key, counts: None };
-            match verify_output(&output, &expect) {
-                Ok(verdict) => {
-                    println!("{verdict}");
-                    if verdict.is_exactly_once() { ExitCode::SUCCESS } else { ExitCode::from(1) }
-                }
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    ExitCode::from(2)
-                }
-            }
+    let expect = Expectation { keys, records_per_key, counts: None };
+    match verify_output(output, &expect) {
+        Ok(verdict) => {
+            println!("{verdict}");
+            if verdict.is_exactly_once() { ExitCode::SUCCESS } else { ExitCode::from(1) }
         }
-        Command::Run { .. } => {
-            eprintln!(
-                "error: `cairn-worker run` is not available in this build: the coordinator's task gateway \
-                 client has not been integrated yet"
-            );
+        Err(e) => {
+            eprintln!("error: {e}");
             ExitCode::from(2)
         }
     }
+}
+
+fn run(args: RunArgs) -> anyhow::Result<()> {
+    let config = args.to_config().context("invalid configuration (see `cairn-worker run --help`)")?;
+    if args.print_config {
+        print!("{}", toml::to_string_pretty(&config)?);
+        return Ok(());
+    }
+    init_logging(&config.log, config.log_format)?;
+    let runtime = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;
+    runtime.block_on(serve(config))
+}
+
+async fn serve(config: WorkerConfig) -> anyhow::Result<()> {
+    let mut worker = Worker::start(config)?;
+    let mut signals = Signals::install()?;
+    let stopped_on_its_own = tokio::select! {
+        signal = signals.next() => {
+            tracing::info!(signal, "shutting down");
+            false
+        }
+        _ = worker.stopped() => true,
+    };
+    worker.shutdown().await;
+    if stopped_on_its_own {
+        anyhow::bail!("the worker stopped unexpectedly (see the log)");
+    }
+    Ok(())
+}
+
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> anyhow::Result<Self> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Self {
+            term: signal(SignalKind::terminate()).context("installing the SIGTERM handler")?,
+            int: signal(SignalKind::interrupt()).context("installing the SIGINT handler")?,
+        })
+    }
+
+    async fn next(&mut self) -> &'static str {
+        tokio::select! {
+            _ = self.term.recv() => "SIGTERM",
+            _ = self.int.recv() => "SIGINT",
+        }
+    }
+}
+
+fn init_logging(filter: &str, format: LogFormat) -> anyhow::Result<()> {
+    let filter =
+        EnvFilter::try_new(filter).with_context(|| format!("--log {filter:?} is not a valid filter"))?;
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+    Ok(())
 }

@@ -828,8 +828,23 @@ impl JobDriver {
                 if let Event::CheckpointIdAllocated { checkpoint_id, .. } = &event {
                     self.max_allocated = self.max_allocated.max(*checkpoint_id);
                 }
-                if let Event::CompletionCommitted { checkpoint_id, .. } = &event {
-                    tracing::info!(job = %self.job, checkpoint = checkpoint_id, term = self.term.term, "checkpoint completed");
+                match &event {
+                    Event::CompletionCommitted { checkpoint_id, .. } => {
+                        tracing::info!(job = %self.job, checkpoint = checkpoint_id, term = self.term.term, "checkpoint completed")
+                    }
+                    Event::MetadataWriteFailed { checkpoint_id, error } => {
+                        tracing::warn!(job = %self.job, checkpoint = checkpoint_id, error = %error, "cannot write _metadata")
+                    }
+                    Event::CompletionRejected { checkpoint_id, error } => {
+                        tracing::warn!(job = %self.job, checkpoint = checkpoint_id, error = %error, "completion rejected")
+                    }
+                    Event::CompletionOutcomeUnknown { checkpoint_id, detail } => {
+                        tracing::warn!(job = %self.job, checkpoint = checkpoint_id, detail = %detail, "completion outcome unknown")
+                    }
+                    Event::CheckpointIdAllocationFailed { error, .. } => {
+                        tracing::warn!(job = %self.job, error = %error, "checkpoint id allocation failed")
+                    }
+                    _ => {}
                 }
                 self.feed(event);
             }

@@ -1,0 +1,331 @@
+//! Configuration of a `cairn-worker run` process: one struct ([`WorkerConfig`]), defaults
+//! defined once (its `Default`), a TOML file, `CAIRN_WORKER_*` environment variables and
+//! command-line flags ([`RunArgs`]), in increasing order of precedence, and a
+//! [`WorkerConfig::validate`] that names the offending key.
+//!
+//! Timing defaults, and why:
+//! - `reconnect_backoff_min/max = 50ms / 2s`: a leader change takes about 1-2 s (the replicas'
+//!   election timeout), so a worker probing every replica a few times per second finds the new
+//!   leader soon after it is elected, while a cluster that is down entirely is probed at most
+//!   every ~2 s per worker. The backoff is jittered so that workers do not reconnect in lockstep.
+//! - `connect_timeout = 2s`: bounds the TCP connect and the `Attach` call; a replica that does
+//!   not answer in 2 s on a LAN is as good as down, and the next one is tried.
+//! - `register_timeout = 5s`: how long to wait for `registered` after attaching.
+//! - `cancel_timeout = 10s`: how long canceled tasks (or all tasks, on shutdown) may take to
+//!   stop before they are aborted.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+/// Everything a worker process needs to run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WorkerConfig {
+    /// Coordinator replicas (`host:port`), any of them; the worker finds the leader. Required.
+    pub coordinators: Vec<String>,
+    /// Stable identity of this process towards the leader; `<hostname>-<pid>` when unset.
+    pub worker_id: Option<String>,
+    /// How many subtasks this worker runs at most.
+    pub slots: u32,
+    /// First pause after a round of failed connection attempts.
+    #[serde(with = "humantime_serde")]
+    pub reconnect_backoff_min: Duration,
+    /// Longest pause between rounds of connection attempts.
+    #[serde(with = "humantime_serde")]
+    pub reconnect_backoff_max: Duration,
+    /// Bound on connecting to a replica and on its answer to `Attach`.
+    #[serde(with = "humantime_serde")]
+    pub connect_timeout: Duration,
+    /// Bound on the wait for `registered` after attaching.
+    #[serde(with = "humantime_serde")]
+    pub register_timeout: Duration,
+    /// Bound on the wait for canceled tasks to stop before they are aborted.
+    #[serde(with = "humantime_serde")]
+    pub cancel_timeout: Duration,
+    /// Concurrent asynchronous snapshot parts across all tasks of this worker.
+    pub snapshot_concurrency: usize,
+    /// Log filter (tracing `EnvFilter` syntax), e.g. `info` or `cairn_taskrt=debug`.
+    pub log: String,
+    pub log_format: LogFormat,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        Self {
+            coordinators: Vec::new(),
+            worker_id: None,
+            slots: 8,
+            reconnect_backoff_min: Duration::from_millis(50),
+            reconnect_backoff_max: Duration::from_secs(2),
+            connect_timeout: Duration::from_secs(2),
+            register_timeout: Duration::from_secs(5),
+            cancel_timeout: Duration::from_secs(10),
+            snapshot_concurrency: 4,
+            log: "info".to_owned(),
+            log_format: LogFormat::Text,
+        }
+    }
+}
+
+/// A configuration that cannot be used, naming the key and how to fix it.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("config file {path} is invalid: {source}")]
+    Parse { path: PathBuf, source: Box<toml::de::Error> },
+    #[error("`{key}` {reason}")]
+    Invalid { key: &'static str, reason: String },
+}
+
+fn invalid(key: &'static str, reason: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid { key, reason: reason.into() }
+}
+
+/// `host:port` with a non-empty host and a non-zero port.
+pub(crate) fn is_host_port(addr: &str) -> bool {
+    addr.rsplit_once(':')
+        .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p != 0))
+}
+
+/// The form endpoints are compared in: no scheme, no trailing slash, no spaces.
+pub(crate) fn normalize_endpoint(endpoint: &str) -> String {
+    endpoint.trim().trim_start_matches("http://").trim_end_matches('/').to_owned()
+}
+
+impl WorkerConfig {
+    /// A configuration with defaults and the given coordinator endpoints.
+    pub fn new(coordinators: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        Self { coordinators: coordinators.into_iter().map(Into::into).collect(), ..Self::default() }
+    }
+
+    /// Reads a TOML file; unknown keys are rejected.
+    pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+        toml::from_str(&text)
+            .map_err(|source| ConfigError::Parse { path: path.to_owned(), source: Box::new(source) })
+    }
+
+    /// The worker id in use: the configured one, or `<hostname>-<pid>`.
+    pub fn effective_worker_id(&self) -> String {
+        match &self.worker_id {
+            Some(id) => id.clone(),
+            None => {
+                let host = nix::unistd::gethostname()
+                    .ok()
+                    .and_then(|h| h.into_string().ok())
+                    .filter(|h| !h.is_empty())
+                    .unwrap_or_else(|| "worker".to_owned());
+                format!("{host}-{}", std::process::id())
+            }
+        }
+    }
+
+    /// The coordinator endpoints, normalized (`http://` and trailing `/` removed).
+    pub fn endpoints(&self) -> Vec<String> {
+        self.coordinators.iter().map(|e| normalize_endpoint(e)).collect()
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.coordinators.is_empty() {
+            return Err(invalid(
+                "coordinators",
+                "is required: give at least one coordinator replica address (host:port)",
+            ));
+        }
+        for e in self.endpoints() {
+            if !is_host_port(&e) {
+                return Err(invalid("coordinators", format!("{e:?} is not a host:port address")));
+            }
+        }
+        if let Some(id) = &self.worker_id
+            && (id.trim().is_empty() || id.len() > 256)
+        {
+            return Err(invalid("worker_id", "must be 1-256 characters (or unset for <hostname>-<pid>)"));
+        }
+        if self.slots == 0 {
+            return Err(invalid("slots", "must be at least 1"));
+        }
+        if self.reconnect_backoff_min.is_zero() {
+            return Err(invalid("reconnect_backoff_min", "must be above zero"));
+        }
+        if self.reconnect_backoff_max < self.reconnect_backoff_min {
+            return Err(invalid("reconnect_backoff_max", "must not be below reconnect_backoff_min"));
+        }
+        for (key, d) in [
+            ("connect_timeout", self.connect_timeout),
+            ("register_timeout", self.register_timeout),
+            ("cancel_timeout", self.cancel_timeout),
+        ] {
+            if d.is_zero() {
+                return Err(invalid(key, "must be above zero"));
+            }
+        }
+        if self.snapshot_concurrency == 0 {
+            return Err(invalid("snapshot_concurrency", "must be at least 1"));
+        }
+        Ok(())
+    }
+}
+
+/// Flags of `cairn-worker run`. Each one overrides the config file; each has a
+/// `CAIRN_WORKER_*` environment variable that does the same (flags win over the environment).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct RunArgs {
+    /// TOML config file (keys as in `--print-config`).
+    #[arg(long, short = 'c', env = "CAIRN_WORKER_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Coordinator replicas, any of them, comma-separated `host:port` (required here or in the
+    /// config file).
+    #[arg(long, env = "CAIRN_WORKER_COORDINATORS", value_delimiter = ',')]
+    pub coordinators: Vec<String>,
+    /// Stable worker id (default `<hostname>-<pid>`).
+    #[arg(long, env = "CAIRN_WORKER_ID")]
+    pub worker_id: Option<String>,
+    /// Subtasks this worker runs at most (default 8).
+    #[arg(long, env = "CAIRN_WORKER_SLOTS")]
+    pub slots: Option<u32>,
+    /// First pause between rounds of failed connection attempts, e.g. `50ms` (default 50ms).
+    #[arg(long, env = "CAIRN_WORKER_RECONNECT_BACKOFF_MIN", value_parser = humantime::parse_duration)]
+    pub reconnect_backoff_min: Option<Duration>,
+    /// Longest pause between rounds of connection attempts (default 2s).
+    #[arg(long, env = "CAIRN_WORKER_RECONNECT_BACKOFF_MAX", value_parser = humantime::parse_duration)]
+    pub reconnect_backoff_max: Option<Duration>,
+    /// Bound on connecting to a replica and its answer to Attach (default 2s).
+    #[arg(long, env = "CAIRN_WORKER_CONNECT_TIMEOUT", value_parser = humantime::parse_duration)]
+    pub connect_timeout: Option<Duration>,
+    /// Bound on the wait for `registered` after attaching (default 5s).
+    #[arg(long, env = "CAIRN_WORKER_REGISTER_TIMEOUT", value_parser = humantime::parse_duration)]
+    pub register_timeout: Option<Duration>,
+    /// Bound on the wait for canceled tasks to stop before they are aborted (default 10s).
+    #[arg(long, env = "CAIRN_WORKER_CANCEL_TIMEOUT", value_parser = humantime::parse_duration)]
+    pub cancel_timeout: Option<Duration>,
+    /// Concurrent asynchronous snapshot writes across all tasks (default 4).
+    #[arg(long, env = "CAIRN_WORKER_SNAPSHOT_CONCURRENCY")]
+    pub snapshot_concurrency: Option<usize>,
+    /// Log filter (tracing EnvFilter syntax), e.g. `info` or `cairn_taskrt=debug` (default info).
+    #[arg(long, env = "CAIRN_WORKER_LOG")]
+    pub log: Option<String>,
+    /// Log format (default text).
+    #[arg(long, env = "CAIRN_WORKER_LOG_FORMAT", value_enum)]
+    pub log_format: Option<LogFormat>,
+    /// Print the effective configuration as TOML and exit.
+    #[arg(long)]
+    pub print_config: bool,
+}
+
+impl RunArgs {
+    /// The config file (or the defaults) with these flags applied, validated.
+    pub fn to_config(&self) -> Result<WorkerConfig, ConfigError> {
+        let mut c = match &self.config {
+            Some(path) => WorkerConfig::from_file(path)?,
+            None => WorkerConfig::default(),
+        };
+        self.apply(&mut c);
+        c.validate()?;
+        Ok(c)
+    }
+
+    /// Overrides the keys given as flags (or environment variables).
+    pub fn apply(&self, c: &mut WorkerConfig) {
+        if !self.coordinators.is_empty() {
+            c.coordinators =
+                self.coordinators.iter().map(|e| e.trim().to_owned()).filter(|e| !e.is_empty()).collect();
+        }
+        if let Some(v) = &self.worker_id {
+            c.worker_id = Some(v.clone());
+        }
+        if let Some(v) = self.slots {
+            c.slots = v;
+        }
+        if let Some(v) = self.reconnect_backoff_min {
+            c.reconnect_backoff_min = v;
+        }
+        if let Some(v) = self.reconnect_backoff_max {
+            c.reconnect_backoff_max = v;
+        }
+        if let Some(v) = self.connect_timeout {
+            c.connect_timeout = v;
+        }
+        if let Some(v) = self.register_timeout {
+            c.register_timeout = v;
+        }
+        if let Some(v) = self.cancel_timeout {
+            c.cancel_timeout = v;
+        }
+        if let Some(v) = self.snapshot_concurrency {
+            c.snapshot_concurrency = v;
+        }
+        if let Some(v) = &self.log {
+            c.log = v.clone();
+        }
+        if let Some(v) = self.log_format {
+            c.log_format = v;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_need_only_coordinators() {
+        let err = WorkerConfig::default().validate().unwrap_err();
+        assert!(err.to_string().starts_with("`coordinators`"), "{err}");
+        let c = WorkerConfig::new(["127.0.0.1:7400"]);
+        c.validate().unwrap();
+        assert_eq!(c.slots, 8);
+        assert_eq!(c.reconnect_backoff_min, Duration::from_millis(50));
+    }
+
+    #[test]
+    fn toml_uses_humantime_and_rejects_unknown_keys() {
+        let c: WorkerConfig =
+            toml::from_str("coordinators = [\"a:1\"]\nconnect_timeout = \"250ms\"\nlog_format = \"json\"")
+                .unwrap();
+        assert_eq!(c.connect_timeout, Duration::from_millis(250));
+        assert_eq!(c.log_format, LogFormat::Json);
+        assert_eq!(c.slots, WorkerConfig::default().slots);
+        let err = toml::from_str::<WorkerConfig>("coordinator = [\"a:1\"]").unwrap_err();
+        assert!(err.to_string().contains("coordinator"), "{err}");
+    }
+
+    #[test]
+    fn validation_names_the_key() {
+        let mut c = WorkerConfig::new(["http://a:1/", "b"]);
+        assert!(c.validate().unwrap_err().to_string().contains("\"b\" is not a host:port"));
+        c.coordinators = vec!["a:1".into()];
+        c.slots = 0;
+        assert!(c.validate().unwrap_err().to_string().starts_with("`slots`"));
+        c.slots = 1;
+        c.reconnect_backoff_max = Duration::from_millis(1);
+        assert!(c.validate().unwrap_err().to_string().starts_with("`reconnect_backoff_max`"));
+    }
+
+    #[test]
+    fn flags_override_the_file() {
+        let args = RunArgs {
+            coordinators: vec!["x:1".into(), " y:2 ".into()],
+            slots: Some(3),
+            ..RunArgs::default()
+        };
+        let mut c = WorkerConfig::new(["a:1"]);
+        args.apply(&mut c);
+        assert_eq!(c.coordinators, vec!["x:1".to_owned(), "y:2".to_owned()]);
+        assert_eq!(c.slots, 3);
+        assert!(c.effective_worker_id().ends_with(&format!("-{}", std::process::id())));
+    }
+}

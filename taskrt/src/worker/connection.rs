@@ -1,0 +1,169 @@
+//! Leader following: the one task that keeps the worker attached to whichever replica leads.
+//!
+//! It tries the known replicas ([`Endpoints`]) one after the other; a not-leader answer with an
+//! address sends it there at once (a new address is remembered); no hint, a refusal, a timeout
+//! or a dead replica moves it to the next one; after a whole round of failures it pauses with a
+//! jittered exponential [`Backoff`]. It never gives up while the worker runs. A session that
+//! registered resets the backoff, and the next search starts at the replica that led.
+//!
+//! It owns the worker's [`TermFence`] (lent to each session) and one lazily connected tonic
+//! `Channel` per endpoint, and publishes the [`WorkerStatus`].
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, watch};
+use tonic::transport::{Channel, Endpoint};
+
+use super::endpoints::{Backoff, Endpoints, Next};
+use super::host::HostCommand;
+use super::session::{Session, SessionError};
+use super::{JobsView, WorkerStatus};
+use crate::protocol::TermFence;
+
+pub(crate) struct Connector {
+    pub worker_id: String,
+    pub slots: u32,
+    pub connect_timeout: Duration,
+    pub register_timeout: Duration,
+    pub endpoints: Endpoints,
+    pub backoff: Backoff,
+    pub channels: HashMap<String, Channel>,
+    pub fence: TermFence,
+    pub host: mpsc::Sender<HostCommand>,
+    pub jobs: watch::Receiver<JobsView>,
+    pub status: watch::Sender<WorkerStatus>,
+    pub shutdown: watch::Receiver<bool>,
+}
+
+impl Connector {
+    /// Runs until the shutdown signal (or until the job host is gone).
+    pub(crate) async fn run(mut self) {
+        self.publish_endpoints();
+        while !*self.shutdown.borrow() {
+            let Some(addr) = self.endpoints.current().map(str::to_owned) else {
+                tracing::error!("no coordinator endpoint known; stopping");
+                return;
+            };
+            let channel = match self.channel(&addr) {
+                Ok(ch) => ch,
+                Err(reason) => {
+                    tracing::warn!(addr = %addr, reason = %reason, "invalid coordinator endpoint; skipped");
+                    if self.endpoints.failed() == Next::Pause && !self.pause().await {
+                        return;
+                    }
+                    continue;
+                }
+            };
+            let session = Session {
+                addr: &addr,
+                worker_id: &self.worker_id,
+                slots: self.slots,
+                connect_timeout: self.connect_timeout,
+                register_timeout: self.register_timeout,
+                fence: &mut self.fence,
+                host: &self.host,
+                jobs: &self.jobs,
+                status: &self.status,
+                shutdown: &mut self.shutdown,
+            };
+            let end = session.run(channel).await;
+            if end.registered {
+                // Reports wait in the host until the next leader registers the worker.
+                let _ = self.host.send(HostCommand::Detach).await;
+                self.status.send_modify(|s| s.leader = None);
+                self.endpoints.succeeded();
+                self.backoff.reset();
+            }
+            let next = match end.result {
+                Ok(()) => return,
+                Err(SessionError::HostGone) => {
+                    tracing::error!("the job host stopped; the worker stops following the leader");
+                    return;
+                }
+                Err(e) => self.on_failure(&addr, end.registered, e),
+            };
+            if next == Next::Pause && !self.pause().await {
+                return;
+            }
+        }
+    }
+
+    /// Logs a failed or ended session and picks the next endpoint.
+    fn on_failure(&mut self, addr: &str, registered: bool, e: SessionError) -> Next {
+        let error = e.to_string();
+        self.status.send_modify(|s| s.last_error = Some(format!("{addr}: {error}")));
+        let next = match &e {
+            // The session was up: try the same replica again first, after the shortest pause (a
+            // broken stream is often transient; if the replica no longer leads, it says where the
+            // leader is). The pause bounds the rate of reconnects to a replica that accepts and
+            // then drops every session.
+            _ if registered => {
+                tracing::warn!(addr, error = %error, "lost the leader; reconnecting");
+                Next::Pause
+            }
+            SessionError::NotLeader(hint) => match &hint.leader_addr {
+                Some(leader) => {
+                    tracing::info!(addr, leader = %leader, leader_id = ?hint.leader_id, "not the leader; following the hint");
+                    self.endpoints.redirect(leader)
+                }
+                None => {
+                    tracing::info!(
+                        addr,
+                        "not the leader, and it knows of no leader; trying the next replica"
+                    );
+                    self.endpoints.failed()
+                }
+            },
+            SessionError::StaleLeader { term, highest } => {
+                tracing::warn!(addr, term, highest, "stale leader; looking for the current one");
+                self.endpoints.failed()
+            }
+            _ => {
+                tracing::warn!(addr, error = %error, "cannot attach; trying the next replica");
+                self.endpoints.failed()
+            }
+        };
+        self.publish_endpoints();
+        next
+    }
+
+    /// Sleeps for the next backoff delay; `false` when shutdown came first.
+    async fn pause(&mut self) -> bool {
+        let delay = self.backoff.next_delay();
+        tracing::debug!(delay = ?delay, "no leader found in this round; pausing");
+        tokio::select! {
+            biased;
+            _ = self.shutdown.changed() => false,
+            _ = tokio::time::sleep(delay) => true,
+        }
+    }
+
+    fn channel(&mut self, addr: &str) -> Result<Channel, String> {
+        if let Some(ch) = self.channels.get(addr) {
+            return Ok(ch.clone());
+        }
+        if !super::config::is_host_port(addr) {
+            return Err("expected host:port".to_owned());
+        }
+        let ch = Endpoint::from_shared(format!("http://{addr}"))
+            .map_err(|e| e.to_string())?
+            .connect_timeout(self.connect_timeout)
+            .tcp_nodelay(true)
+            .connect_lazy();
+        self.channels.insert(addr.to_owned(), ch.clone());
+        Ok(ch)
+    }
+
+    fn publish_endpoints(&self) {
+        let all = self.endpoints.all();
+        self.status.send_if_modified(|s| {
+            if s.endpoints.as_slice() == all {
+                false
+            } else {
+                s.endpoints = all.to_vec();
+                true
+            }
+        });
+    }
+}

@@ -1,0 +1,178 @@
+//! Turning a leader's [`Deployment`] into a [`JobDeployment`] the runtime can start: decode the
+//! graph, read the restore `_metadata` (verified against size and CRC-32 when the leader knows
+//! them), and name the task attempts a deployment covers (also when it cannot be decoded, so
+//! that a failure can be reported for each of them).
+
+use cairn_storage::checkpoint::{MetadataError, MetadataPointer, read_metadata, read_metadata_unverified};
+
+use crate::graph::{GraphError, JobGraph};
+use crate::protocol::{Deployment, RestoreSource, TaskAttemptId, TaskId};
+use crate::runtime::{DeployError, JobDeployment, JobRestore, RuntimeOptions};
+use crate::state::storage::CheckpointStorage;
+
+/// Why a deployment could not be started; reported to the leader as each task's failure cause.
+#[derive(Debug, thiserror::Error)]
+pub enum DeploymentError {
+    #[error(transparent)]
+    Graph(#[from] GraphError),
+    #[error("cannot read the restore metadata of checkpoint {checkpoint_id}: {source}")]
+    Metadata {
+        checkpoint_id: u64,
+        #[source]
+        source: MetadataError,
+    },
+    #[error("reading the restore metadata was interrupted: {0}")]
+    Interrupted(String),
+    #[error("the deployment needs {needed} slots but only {free} of this worker's {slots} are free")]
+    NoSlots { needed: usize, free: usize, slots: u32 },
+    #[error("cannot start the job: {0}")]
+    Deploy(#[from] DeployError),
+}
+
+impl DeploymentError {
+    /// The message with its whole source chain, as a task failure cause.
+    pub fn cause(&self) -> String {
+        let mut cause = self.to_string();
+        let mut src = std::error::Error::source(self);
+        while let Some(s) = src {
+            let text = s.to_string();
+            if !cause.contains(&text) {
+                cause.push_str(": ");
+                cause.push_str(&text);
+            }
+            src = s.source();
+        }
+        cause
+    }
+}
+
+/// Decodes the deployment's graph.
+pub fn decode_graph(d: &Deployment) -> Result<JobGraph, GraphError> {
+    serde_json::from_value(d.graph.clone()).map_err(|e| GraphError::Decode(e.to_string()))
+}
+
+/// Every task attempt of the deployment: from the decoded graph, or, when the graph does not
+/// decode, from whatever `vertices[].id` / `vertices[].parallelism` the JSON holds.
+pub fn task_attempts(d: &Deployment, graph: Option<&JobGraph>) -> Vec<TaskAttemptId> {
+    let vertices: Vec<(String, u32)> = match graph {
+        Some(g) => g.vertices.iter().map(|v| (v.id.clone(), v.parallelism)).collect(),
+        None => d
+            .graph
+            .get("vertices")
+            .and_then(|v| v.as_array())
+            .map(|vs| {
+                vs.iter()
+                    .filter_map(|v| {
+                        let id = v.get("id")?.as_str()?.to_owned();
+                        let p = u32::try_from(v.get("parallelism")?.as_u64()?).ok()?;
+                        Some((id, p.min(MAX_REPORTED_PARALLELISM)))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
+    };
+    vertices
+        .into_iter()
+        .flat_map(|(vertex, p)| {
+            (0..p).map(move |subtask| TaskAttemptId {
+                task: TaskId { job: d.job_id.clone(), vertex: vertex.clone(), subtask },
+                attempt: d.attempt,
+            })
+        })
+        .collect()
+}
+
+/// Bound on the subtasks named for an undecodable graph (it may say anything).
+const MAX_REPORTED_PARALLELISM: u32 = 4096;
+
+/// Reads the `_metadata` a deployment restores from. Blocking file I/O: call it off the
+/// runtime's worker threads.
+pub fn read_restore(r: &RestoreSource) -> Result<JobRestore, DeploymentError> {
+    let metadata = match (r.metadata_size, r.metadata_crc32) {
+        (Some(size), Some(crc32)) => {
+            read_metadata(&MetadataPointer { path: r.metadata_path.clone(), size, crc32 })
+        }
+        _ => read_metadata_unverified(&r.metadata_path),
+    }
+    .map_err(|source| DeploymentError::Metadata { checkpoint_id: r.checkpoint_id, source })?;
+    Ok(JobRestore { metadata, base_dir: r.base_dir.clone() })
+}
+
+/// Everything but the restore, which [`read_restore`] provides.
+pub fn job_deployment(
+    d: &Deployment,
+    graph: JobGraph,
+    restore: Option<JobRestore>,
+    template: &RuntimeOptions,
+) -> JobDeployment {
+    JobDeployment {
+        job_id: d.job_id.clone(),
+        graph,
+        attempt: d.attempt,
+        storage: CheckpointStorage::new(&d.storage_root, &d.job_id),
+        restore,
+        options: RuntimeOptions { incremental: d.incremental, ..template.clone() },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::demo::DemoJob;
+
+    fn deployment(graph: serde_json::Value) -> Deployment {
+        Deployment {
+            job_id: "j".into(),
+            attempt: 3,
+            graph,
+            storage_root: "/tmp/x".into(),
+            restore: None,
+            incremental: true,
+        }
+    }
+
+    #[test]
+    fn task_attempts_come_from_the_graph() {
+        let g = DemoJob {
+            source: Default::default(),
+            output_dir: "/tmp/o".into(),
+            source_parallelism: 1,
+            parallelism: 2,
+            max_parallelism: 8,
+        }
+        .graph();
+        let d = deployment(serde_json::to_value(&g).unwrap());
+        let graph = decode_graph(&d).unwrap();
+        let ids = task_attempts(&d, Some(&graph));
+        assert_eq!(ids.len(), 5);
+        assert!(ids.iter().all(|t| t.attempt == 3 && t.task.job == "j"));
+        let jd = job_deployment(&d, graph, None, &RuntimeOptions::default());
+        assert!(jd.options.incremental);
+    }
+
+    #[test]
+    fn an_undecodable_graph_still_names_its_tasks() {
+        let d = deployment(serde_json::json!({
+            "vertices": [{ "id": "a", "parallelism": 2, "surprise": true }, { "id": "b" }]
+        }));
+        assert!(decode_graph(&d).is_err());
+        let ids = task_attempts(&d, None);
+        assert_eq!(ids.len(), 2);
+        assert_eq!(ids[1].task.vertex, "a");
+        assert!(task_attempts(&deployment(serde_json::json!(7)), None).is_empty());
+    }
+
+    #[test]
+    fn a_missing_restore_file_is_a_typed_error() {
+        let r = RestoreSource {
+            checkpoint_id: 4,
+            metadata_path: "/nonexistent/chk-4/_metadata".into(),
+            metadata_size: Some(10),
+            metadata_crc32: Some(1),
+            base_dir: "/nonexistent".into(),
+        };
+        let err = read_restore(&r).unwrap_err();
+        assert!(matches!(err, DeploymentError::Metadata { checkpoint_id: 4, .. }), "{err}");
+        assert!(err.cause().contains("_metadata"), "{}", err.cause());
+    }
+}

@@ -1,0 +1,182 @@
+//! Where to look for the leader next: the known replica endpoints and the jittered exponential
+//! backoff between rounds of failed attempts. Pure bookkeeping, no I/O; the connection loop
+//! ([`super::connection`]) drives it.
+//!
+//! A *round* is a run of consecutive failed attempts as long as the endpoint list. Following a
+//! leader hint is immediate, but it counts as an attempt, so two replicas that point at each
+//! other (e.g. during an election) cannot make the worker spin: after a round it pauses.
+
+use std::time::Duration;
+
+use super::config::normalize_endpoint;
+
+/// The replicas the worker knows of, and which one it tries next.
+///
+/// Two positions: `current`, the endpoint tried next, and `cursor`, the position in the
+/// round-robin order. A hint moves `current` only, so when the hinted replica fails too the
+/// search resumes after the replica that gave the hint (a stale hint cannot trap the worker
+/// between the hinting replica and a dead one).
+#[derive(Debug, Clone)]
+pub struct Endpoints {
+    list: Vec<String>,
+    current: usize,
+    cursor: usize,
+    /// Failed attempts since the last success or the last pause.
+    failures_in_round: usize,
+}
+
+/// What to do after a failed attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    /// Try the (new) current endpoint right away.
+    Now,
+    /// Every known endpoint failed in this round: pause first.
+    Pause,
+}
+
+impl Endpoints {
+    /// `list` must not be empty (the config validation guarantees it).
+    pub fn new(list: Vec<String>) -> Self {
+        let mut deduped: Vec<String> = Vec::with_capacity(list.len());
+        for e in list.into_iter().map(|e| normalize_endpoint(&e)) {
+            if !deduped.contains(&e) {
+                deduped.push(e);
+            }
+        }
+        Self { list: deduped, current: 0, cursor: 0, failures_in_round: 0 }
+    }
+
+    pub fn current(&self) -> Option<&str> {
+        self.list.get(self.current).map(String::as_str)
+    }
+
+    pub fn all(&self) -> &[String] {
+        &self.list
+    }
+
+    /// A session was established: start the next search from this endpoint, without pause.
+    pub fn succeeded(&mut self) {
+        self.failures_in_round = 0;
+        self.cursor = self.current;
+    }
+
+    /// The current endpoint failed or refused without a usable hint: move to the next one.
+    pub fn failed(&mut self) -> Next {
+        if !self.list.is_empty() {
+            self.cursor = (self.cursor + 1) % self.list.len();
+            self.current = self.cursor;
+        }
+        self.count_failure()
+    }
+
+    /// The current endpoint is not the leader and named `leader`: go there (remembering it if
+    /// it is new). A hint pointing at the endpoint that gave it is treated as no hint.
+    pub fn redirect(&mut self, leader: &str) -> Next {
+        let leader = normalize_endpoint(leader);
+        if self.current() == Some(leader.as_str()) {
+            return self.failed();
+        }
+        match self.list.iter().position(|e| *e == leader) {
+            Some(i) => self.current = i,
+            None => {
+                // A leader we were not told about (e.g. a replica added later): remember it.
+                self.list.push(leader);
+                self.current = self.list.len() - 1;
+            }
+        }
+        self.count_failure()
+    }
+
+    fn count_failure(&mut self) -> Next {
+        self.failures_in_round += 1;
+        if self.failures_in_round >= self.list.len().max(1) {
+            self.failures_in_round = 0;
+            Next::Pause
+        } else {
+            Next::Now
+        }
+    }
+}
+
+/// Jittered exponential backoff: each pause is drawn from `[d/2, d]`, and `d` doubles up to the
+/// maximum.
+#[derive(Debug, Clone)]
+pub struct Backoff {
+    min: Duration,
+    max: Duration,
+    next: Duration,
+}
+
+impl Backoff {
+    pub fn new(min: Duration, max: Duration) -> Self {
+        Self { min, max: max.max(min), next: min }
+    }
+
+    /// The next pause (jittered), and doubles the following one.
+    pub fn next_delay(&mut self) -> Duration {
+        let d = self.next;
+        self.next = (self.next * 2).min(self.max);
+        d.mul_f64(0.5 + rand::random::<f64>() / 2.0)
+    }
+
+    pub fn reset(&mut self) {
+        self.next = self.min;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn eps(list: &[&str]) -> Endpoints {
+        Endpoints::new(list.iter().map(|s| s.to_string()).collect())
+    }
+
+    #[test]
+    fn failures_rotate_and_pause_after_a_round() {
+        let mut e = eps(&["a:1", "b:2", "http://a:1/"]);
+        assert_eq!(e.all().len(), 2);
+        assert_eq!(e.failed(), Next::Now);
+        assert_eq!(e.current(), Some("b:2"));
+        assert_eq!(e.failed(), Next::Pause);
+        assert_eq!(e.current(), Some("a:1"));
+    }
+
+    #[test]
+    fn hints_redirect_and_learn_new_endpoints() {
+        let mut e = eps(&["a:1", "b:2"]);
+        assert_eq!(e.redirect("c:3"), Next::Now);
+        assert_eq!(e.current(), Some("c:3"));
+        assert_eq!(e.all().len(), 3);
+        // A ping-pong of hints still pauses after a round.
+        assert_eq!(e.redirect("a:1"), Next::Now);
+        assert_eq!(e.redirect("c:3"), Next::Pause);
+        e.succeeded();
+        // A self-hint is no hint: move on.
+        assert_eq!(e.redirect("c:3"), Next::Now);
+        assert_eq!(e.current(), Some("a:1"));
+    }
+
+    #[test]
+    fn a_dead_hinted_leader_does_not_trap_the_search() {
+        let mut e = eps(&["a:1", "b:2"]);
+        // a hints at d (down): after d fails, the search goes on with b, not back to a.
+        assert_eq!(e.redirect("d:4"), Next::Now);
+        assert_eq!(e.failed(), Next::Now);
+        assert_eq!(e.current(), Some("b:2"));
+    }
+
+    #[test]
+    fn backoff_doubles_with_jitter_up_to_the_max() {
+        let mut b = Backoff::new(Duration::from_millis(100), Duration::from_millis(300));
+        let d1 = b.next_delay();
+        assert!(d1 >= Duration::from_millis(50) && d1 <= Duration::from_millis(100), "{d1:?}");
+        let d2 = b.next_delay();
+        assert!(d2 >= Duration::from_millis(100) && d2 <= Duration::from_millis(200), "{d2:?}");
+        for _ in 0..5 {
+            assert!(b.next_delay() <= Duration::from_millis(300));
+        }
+        b.reset();
+        assert!(b.next_delay() <= Duration::from_millis(100));
+    }
+}

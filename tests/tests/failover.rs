@@ -1,0 +1,248 @@
+//! Failover with real processes: three `cairn` replicas, `cairn-worker`s running the demo job
+//! with 200 ms checkpoints, and SIGKILL / SIGSTOP of leaders and workers. At the end the
+//! verifier proves the committed output exactly once.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use cairn_coordinator::client::LeaderClient;
+use cairn_taskrt::demo::DemoJob;
+use cairn_taskrt::demo::source::SourceConfig;
+use cairn_taskrt::demo::verify::{Expectation, verify_output};
+use cairn_tests::procs::ProcCluster;
+use cairn_tests::{init_test_logging, wait};
+
+const KEYS: u64 = 8;
+const RECORDS_PER_KEY: u64 = 2000;
+const T: Duration = Duration::from_secs(60);
+
+fn args(grace: &str) -> Vec<String> {
+    [
+        "--heartbeat-interval",
+        "100ms",
+        "--election-timeout-min",
+        "600ms",
+        "--election-timeout-max",
+        "1200ms",
+        "--worker-heartbeat-interval",
+        "200ms",
+        "--worker-heartbeat-timeout",
+        "2s",
+        "--reattach-grace",
+        grace,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+fn start(grace: &str) -> anyhow::Result<ProcCluster> {
+    let a = args(grace);
+    let refs: Vec<&str> = a.iter().map(String::as_str).collect();
+    ProcCluster::start(3, &refs)
+}
+
+fn demo_spec(output: &Path) -> String {
+    let graph = DemoJob {
+        source: SourceConfig {
+            keys: KEYS,
+            records_per_key: Some(RECORDS_PER_KEY),
+            rate_per_sec: Some(800),
+            batch: 16,
+        },
+        output_dir: output.display().to_string(),
+        source_parallelism: 2,
+        parallelism: 2,
+        max_parallelism: 16,
+    }
+    .graph();
+    serde_json::json!({ "graph": graph, "checkpoint": { "interval": "200ms", "timeout": "10s" } }).to_string()
+}
+
+/// Completed checkpoints ever, and the latest completed id.
+async fn progress(client: &mut LeaderClient) -> anyhow::Result<(u64, u64)> {
+    let job = client.get_job("demo").await?;
+    Ok((job.num_completed, job.completed_checkpoint_ids.last().copied().unwrap_or(0)))
+}
+
+/// Waits until at least `n` more checkpoints completed than `from`; checks ids only increase.
+async fn completions(client: &LeaderClient, from: u64, n: u64, last_id: &mut u64) -> anyhow::Result<u64> {
+    let seen = std::cell::Cell::new(*last_id);
+    let got = wait::until(&format!("{n} more completed checkpoints"), T, || {
+        let mut c = client.clone();
+        let seen = &seen;
+        async move {
+            let (count, latest) = progress(&mut c).await.ok()?;
+            assert!(
+                latest >= seen.get(),
+                "latest completed checkpoint went back from {} to {latest}",
+                seen.get()
+            );
+            seen.set(latest);
+            (count >= from + n).then_some(count)
+        }
+    })
+    .await?;
+    *last_id = seen.get();
+    Ok(got)
+}
+
+/// Waits until the committed output holds every record exactly once.
+async fn exactly_once(output: PathBuf) -> anyhow::Result<()> {
+    let expect = Expectation { keys: Some(KEYS), records_per_key: Some(RECORDS_PER_KEY), counts: None };
+    let last = std::cell::RefCell::new(String::new());
+    let done = wait::until("the committed output to be complete", Duration::from_secs(120), || {
+        let output = output.clone();
+        let expect = expect.clone();
+        let last = &last;
+        async move {
+            let verdict = verify_output(&output, &expect).ok()?;
+            // Everything but incompleteness is a violation right away.
+            let hard: Vec<String> = verdict
+                .violations
+                .iter()
+                .filter(|v| {
+                    !matches!(
+                        v,
+                        cairn_taskrt::demo::verify::Violation::WrongTotal { .. }
+                            | cairn_taskrt::demo::verify::Violation::MissingKey { .. }
+                    )
+                })
+                .map(|v| v.to_string())
+                .collect();
+            assert!(hard.is_empty(), "exactly-once violated: {hard:?}");
+            *last.borrow_mut() = verdict.to_string();
+            verdict.is_exactly_once().then_some(())
+        }
+    })
+    .await;
+    done.map_err(|e| anyhow::anyhow!("{e}; last verdict: {}", last.borrow()))
+}
+
+fn with_logs(cluster: &ProcCluster, r: anyhow::Result<()>) -> anyhow::Result<()> {
+    if r.is_err() {
+        eprintln!("{}", cluster.logs(150));
+    }
+    r
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_killed_three_times_tasks_keep_running_exactly_once() -> anyhow::Result<()> {
+    init_test_logging();
+    let mut cluster = start("8s")?;
+    let output = cluster.scratch("out")?;
+    cluster.launch_worker("w1", 8)?;
+    let client = cluster.client()?;
+    let mut c = client.clone();
+    c.register_job("demo", &demo_spec(&output)).await?;
+    let result: anyhow::Result<()> = async {
+        let mut last_id = 0;
+        let mut count = completions(&client, 0, 2, &mut last_id).await?;
+        for round in 0..3 {
+            let leader = c.status().await?.leader_id;
+            cluster.nodes.get_mut(&leader).ok_or_else(|| anyhow::anyhow!("no leader process"))?.kill9()?;
+            let before = count;
+            count = completions(&client, before, 2, &mut last_id).await?;
+            let now_leader = c.status().await?.leader_id;
+            assert_ne!(now_leader, leader, "round {round}: the killed replica leads again");
+            cluster.launch(leader)?;
+        }
+        let job = c.get_job("demo").await?;
+        assert_eq!(job.attempts, 1, "the tasks were restarted ({} attempts)", job.attempts);
+        exactly_once(output.clone()).await
+    }
+    .await;
+    with_logs(&cluster, result)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn worker_killed_job_restarts_on_another_worker_exactly_once() -> anyhow::Result<()> {
+    init_test_logging();
+    let mut cluster = start("8s")?;
+    let output = cluster.scratch("out")?;
+    cluster.launch_worker("w1", 8)?;
+    let client = cluster.client()?;
+    let mut c = client.clone();
+    c.register_job("demo", &demo_spec(&output)).await?;
+    let result: anyhow::Result<()> = async {
+        let mut last_id = 0;
+        let count = completions(&client, 0, 2, &mut last_id).await?;
+        cluster.launch_worker("w2", 8)?;
+        cluster.workers.get_mut("w1").ok_or_else(|| anyhow::anyhow!("no w1"))?.kill9()?;
+        completions(&client, count, 2, &mut last_id).await?;
+        let job = c.get_job("demo").await?;
+        assert_eq!(job.attempts, 2, "expected one restart");
+        exactly_once(output.clone()).await
+    }
+    .await;
+    with_logs(&cluster, result)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_and_worker_killed_at_once_job_restarts_from_latest_checkpoint() -> anyhow::Result<()> {
+    init_test_logging();
+    let mut cluster = start("3s")?;
+    let output = cluster.scratch("out")?;
+    cluster.launch_worker("w1", 8)?;
+    let client = cluster.client()?;
+    let mut c = client.clone();
+    c.register_job("demo", &demo_spec(&output)).await?;
+    let result: anyhow::Result<()> = async {
+        let mut last_id = 0;
+        let count = completions(&client, 0, 2, &mut last_id).await?;
+        cluster.launch_worker("w2", 8)?;
+        let leader = c.status().await?.leader_id;
+        cluster.workers.get_mut("w1").ok_or_else(|| anyhow::anyhow!("no w1"))?.kill9()?;
+        cluster.nodes.get_mut(&leader).ok_or_else(|| anyhow::anyhow!("no leader"))?.kill9()?;
+        completions(&client, count, 2, &mut last_id).await?;
+        let job = c.get_job("demo").await?;
+        assert!(job.attempts >= 2, "the job was not restarted");
+        exactly_once(output.clone()).await
+    }
+    .await;
+    with_logs(&cluster, result)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paused_old_leader_commits_nothing_and_steps_down() -> anyhow::Result<()> {
+    init_test_logging();
+    let mut cluster = start("8s")?;
+    let output = cluster.scratch("out")?;
+    cluster.launch_worker("w1", 8)?;
+    let client = cluster.client()?;
+    let mut c = client.clone();
+    c.register_job("demo", &demo_spec(&output)).await?;
+    let result: anyhow::Result<()> = async {
+        let mut last_id = 0;
+        let count = completions(&client, 0, 2, &mut last_id).await?;
+        let st = c.status().await?;
+        let (old, old_term) = (st.leader_id, st.term);
+        let old_proc = cluster.nodes.get(&old).ok_or_else(|| anyhow::anyhow!("no leader"))?;
+        old_proc.pause()?;
+        let count = completions(&client, count, 2, &mut last_id).await?;
+        let st = c.status().await?;
+        assert_ne!(st.leader_id, old);
+        assert!(st.term > old_term);
+        cluster.nodes.get(&old).ok_or_else(|| anyhow::anyhow!("gone"))?.resume()?;
+        // The resumed replica learns the higher term and steps down.
+        let old_addr = cluster.nodes[&old].addr.clone();
+        wait::until("the old leader to step down", T, || {
+            let addr = old_addr.clone();
+            async move {
+                let mut direct =
+                    cairn_proto::v1::cluster_client::ClusterClient::connect(format!("http://{addr}"))
+                        .await
+                        .ok()?;
+                let st = direct.status(cairn_proto::v1::StatusRequest {}).await.err()?;
+                cairn_proto::leader_hint::parse_not_leader(&st).map(|_| ())
+            }
+        })
+        .await?;
+        completions(&client, count, 2, &mut last_id).await?;
+        let job = c.get_job("demo").await?;
+        assert_eq!(job.attempts, 1, "the tasks were restarted");
+        exactly_once(output.clone()).await
+    }
+    .await;
+    with_logs(&cluster, result)
+}

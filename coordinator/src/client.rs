@@ -218,6 +218,16 @@ impl LeaderClient {
         .await
     }
 
+    pub async fn job_runtimes(&mut self) -> Result<cairn_proto::v1::JobRuntimesReply, ClientError> {
+        self.call("job runtimes", |ch| async move {
+            Ok(ClusterClient::new(ch)
+                .job_runtimes(cairn_proto::v1::JobRuntimesRequest {})
+                .await?
+                .into_inner())
+        })
+        .await
+    }
+
     pub async fn register_job(
         &mut self,
         job_id: &str,

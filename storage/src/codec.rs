@@ -164,13 +164,13 @@ mod tests {
             &job(),
             concat!(
                 r#"{"id":"wordcount","name":"WordCount","spec":{"graph":{"ops":3},"checkpoint":{"interval":null,"#,
-                r#""timeout":{"secs":600,"nanos":0},"min_pause":{"secs":0,"nanos":0},"max_concurrent":1,"#,
+                r#""timeout":"10m","min_pause":"0s","max_concurrent":1,"#,
                 r#""tolerable_failures":0,"retained":2,"savepoint_dir":null,"storage_dir":null},"#,
                 r#""restore_from":null,"allow_non_restored_state":false},"status":{"state":"running"},"#,
                 r#""next_checkpoint_id":8,"completed":[{"id":7,"kind":"checkpoint","trigger_time_ms":1000,"#,
                 r#""completion_time_ms":1200,"metadata_path":"/ckpt/wordcount/chk-7/_metadata","#,
                 r#""metadata_size":512,"metadata_crc32":3735928559,"state_size":4096}],"savepoints":[],"#,
-                r#""num_completed":1}"#
+                r#""num_completed":1,"attempts":0}"#
             ),
         );
     }

@@ -75,3 +75,28 @@ async fn run(cluster: &mut ProcCluster) -> anyhow::Result<()> {
     assert!(next.checkpoint_id > job.next_checkpoint_id - 1);
     Ok(())
 }
+
+/// The README's run command: a local cluster, a worker and the demo job, checkpoints visibly
+/// completing, a clean stop, and an exactly-once verdict.
+#[test]
+fn demo_runs_checkpoints_and_stops_cleanly() -> anyhow::Result<()> {
+    let bin = cairn_tests::procs::binary("cairn-demo")?;
+    let dir = tempfile::tempdir()?;
+    let base = cairn_tests::procs::free_port()?.saturating_sub(3);
+    let out = std::process::Command::new(bin)
+        .args(["--duration", "6s", "--interval", "300ms", "--base-port", &base.to_string()])
+        .arg("--data-dir")
+        .arg(dir.path())
+        .output()?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "cairn-demo failed: {}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let completed = stdout.lines().filter(|l| l.starts_with("checkpoint") && l.contains("completed")).count();
+    assert!(completed >= 2, "fewer than 2 checkpoints printed:\n{stdout}");
+    assert!(stdout.contains("EXACTLY ONCE"), "{stdout}");
+    Ok(())
+}

@@ -279,7 +279,12 @@ impl Runtime {
     /// Starts a driver for every live job without one.
     fn discover_jobs(&mut self, at_term_start: bool) {
         for record in self.ctx.reader.jobs() {
-            if record.status.is_terminal() || self.jobs.contains_key(&record.id) {
+            // A job without a graph is a registry entry only (its counter and checkpoint store
+            // are used through the Store API by an external runtime): there is nothing to deploy.
+            if record.status.is_terminal()
+                || record.spec.graph.is_null()
+                || self.jobs.contains_key(&record.id)
+            {
                 continue;
             }
             let reattach = at_term_start && !self.grace_over;

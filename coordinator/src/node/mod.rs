@@ -92,7 +92,8 @@ impl Replica {
         };
         // `_metadata` paths are stored in Raft and read by every replica and worker: make the
         // root absolute so it does not depend on the working directory of whoever reads it.
-        let checkpoint_dir = std::path::absolute(config.checkpoint_dir()).map_err(StartError::CheckpointDir)?;
+        let checkpoint_dir =
+            std::path::absolute(config.checkpoint_dir()).map_err(StartError::CheckpointDir)?;
         let options = LeaderOptions {
             checkpoint_dir,
             workers: config.workers.clone(),
@@ -103,7 +104,7 @@ impl Replica {
         let router = tonic::transport::Server::builder()
             .add_service(RaftService::new(raft.clone()).into_server(MAX_MESSAGE_BYTES))
             .add_service(GatewayService::new(ctx.clone(), leader.clone()).into_server())
-            .add_service(ClusterService::new(ctx.clone()).into_server())
+            .add_service(ClusterService::new(ctx.clone(), leader.clone()).into_server())
             .add_service(StoreService::new(ctx.clone()).into_server());
         let server =
             tokio::spawn(router.serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {

@@ -4,7 +4,8 @@ use std::collections::BTreeSet;
 
 use cairn_proto::v1::cluster_server::{Cluster, ClusterServer};
 use cairn_proto::v1::{
-    AddLearnerRequest, ClusterStatus, Member, MembershipReply, NodeRequest, Role, StatusRequest,
+    AddLearnerRequest, ClusterStatus, JobRuntime, JobRuntimesReply, JobRuntimesRequest, Member,
+    MembershipReply, NodeRequest, Role, StatusRequest,
 };
 use cairn_raft::types::{Node, NodeId, RaftMetrics};
 use openraft::ChangeMembers;
@@ -12,16 +13,18 @@ use tonic::{Request, Response, Status};
 
 use super::linearizable;
 use crate::error::NodeError;
+use crate::leader::LeaderHandle;
 use crate::node::ReplicaContext;
 
 #[derive(Clone)]
 pub struct ClusterService {
     ctx: ReplicaContext,
+    leader: LeaderHandle,
 }
 
 impl ClusterService {
-    pub fn new(ctx: ReplicaContext) -> Self {
-        Self { ctx }
+    pub fn new(ctx: ReplicaContext, leader: LeaderHandle) -> Self {
+        Self { ctx, leader }
     }
 
     pub fn into_server(self) -> ClusterServer<Self> {
@@ -84,6 +87,36 @@ impl Cluster for ClusterService {
                 members: members(&m),
                 snapshot_index: m.snapshot.map_or(0, |l| l.index),
             })
+        };
+        run.await.map(Response::new).map_err(|e: NodeError| e.into_status(WHAT))
+    }
+
+    async fn job_runtimes(
+        &self,
+        _req: Request<JobRuntimesRequest>,
+    ) -> Result<Response<JobRuntimesReply>, Status> {
+        const WHAT: &str = "JobRuntimes";
+        let run = async {
+            linearizable(&self.ctx).await?;
+            let term = self.leader.current().ok_or_else(|| {
+                NodeError::NotLeader(cairn_proto::leader_hint::LeaderHint {
+                    leader_id: None,
+                    leader_addr: None,
+                })
+            })?;
+            let views = term.jobs().await.map_err(|s| NodeError::Stopped(s.message().to_owned()))?;
+            let jobs = views
+                .into_iter()
+                .map(|v| JobRuntime {
+                    job_id: v.job,
+                    phase: v.phase,
+                    attempt: v.attempt.unwrap_or(0),
+                    worker: v.worker.unwrap_or_default(),
+                    pending_checkpoints: v.pending_checkpoints,
+                    restarts: v.restarts,
+                })
+                .collect();
+            Ok(JobRuntimesReply { term: term.term, jobs })
         };
         run.await.map(Response::new).map_err(|e: NodeError| e.into_status(WHAT))
     }

@@ -246,8 +246,9 @@ impl JobDriver {
                 return;
             }
         }
-        // A job that never ran has nothing to re-attach.
-        if self.phase == Phase::AwaitReattach && (record.attempts == 0 || record.status == JobStatus::Created)
+        // Only a running job has tasks to re-attach; one that never ran, or was restarting
+        // under the previous leader, is (re)deployed at once.
+        if self.phase == Phase::AwaitReattach && (record.attempts == 0 || record.status != JobStatus::Running)
         {
             self.phase = Phase::Preparing;
         }

@@ -1,0 +1,154 @@
+//! Failover benchmark with real processes: three `cairn` replicas and two `cairn-worker`s running
+//! the demo job with 200 ms checkpoints.
+//!
+//! Over N leader kills (SIGKILL, then the replica is restarted), prints the time from the kill to
+//! (a) a new leader answering, (b) the job running again under it with all its tasks re-attached
+//! (no restart), (c) the first checkpoint completed under the new leader. Over M worker kills,
+//! the time from the kill to the job running again from its latest checkpoint on the other
+//! worker. p50, p99, max; figures are printed, never asserted.
+//!
+//! ```text
+//! cargo build --release --bins
+//! cargo run --release -p cairn-tests --bin cairn-bench-failover -- [--leader-kills 20] [--worker-kills 5]
+//! ```
+
+use std::time::{Duration, Instant};
+
+use cairn_coordinator::client::LeaderClient;
+use cairn_taskrt::demo::DemoJob;
+use cairn_taskrt::demo::source::SourceConfig;
+use cairn_tests::procs::ProcCluster;
+use clap::Parser;
+use hdrhistogram::Histogram;
+
+#[derive(Parser)]
+struct Args {
+    #[arg(long, default_value_t = 20)]
+    leader_kills: usize,
+    #[arg(long, default_value_t = 5)]
+    worker_kills: usize,
+}
+
+const POLL: Duration = Duration::from_millis(10);
+const LIMIT: Duration = Duration::from_secs(60);
+
+async fn until<T>(what: &str, mut f: impl AsyncFnMut() -> Option<T>) -> anyhow::Result<(T, Instant)> {
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        if let Some(v) = f().await {
+            return Ok((v, Instant::now()));
+        }
+        anyhow::ensure!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+async fn job_running(c: &mut LeaderClient, min_term: u64, min_attempt: u32) -> Option<u32> {
+    let r = c.job_runtimes().await.ok()?;
+    let job = r.jobs.iter().find(|j| j.job_id == "demo")?;
+    (r.term >= min_term && job.phase == "running" && job.attempt >= min_attempt).then_some(job.attempt)
+}
+
+fn line(name: &str, h: &Histogram<u64>) {
+    println!(
+        "{name:<44} p50={:>7.0}ms p99={:>7.0}ms max={:>7.0}ms (n={})",
+        h.value_at_quantile(0.5) as f64,
+        h.value_at_quantile(0.99) as f64,
+        h.max() as f64,
+        h.len()
+    );
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let mut cluster = ProcCluster::start(
+        3,
+        &[
+            "--heartbeat-interval",
+            "100ms",
+            "--election-timeout-min",
+            "600ms",
+            "--election-timeout-max",
+            "1200ms",
+            "--worker-heartbeat-interval",
+            "200ms",
+            "--worker-heartbeat-timeout",
+            "2s",
+            "--reattach-grace",
+            "10s",
+        ],
+    )?;
+    let output = cluster.scratch("out")?;
+    cluster.launch_worker("w1", 8)?;
+    let mut c = cluster.client()?;
+    let graph = DemoJob {
+        source: SourceConfig { keys: 16, records_per_key: None, rate_per_sec: Some(500), batch: 16 },
+        output_dir: output.display().to_string(),
+        source_parallelism: 2,
+        parallelism: 2,
+        max_parallelism: 32,
+    }
+    .graph();
+    let spec = serde_json::json!({ "graph": graph, "checkpoint": { "interval": "200ms", "timeout": "10s" } });
+    c.register_job("demo", &spec.to_string()).await?;
+    until("the job to run", async || job_running(&mut c.clone(), 0, 1).await).await?;
+    println!("cairn-bench-failover: 3 replicas, worker w1, demo job (6 tasks), 200ms checkpoints");
+
+    let (mut elected, mut reattached, mut first_cp) =
+        (Histogram::<u64>::new(3)?, Histogram::<u64>::new(3)?, Histogram::<u64>::new(3)?);
+    for i in 0..args.leader_kills {
+        let st = c.status().await?;
+        let (old, old_term) = (st.leader_id, st.term);
+        let done_before = c.get_job("demo").await?.num_completed;
+        let node = cluster.nodes.get_mut(&old).ok_or_else(|| anyhow::anyhow!("no leader process"))?;
+        node.kill9()?;
+        let t0 = Instant::now();
+        let (term, t1) = until("a new leader", async || {
+            let s = c.clone().status().await.ok()?;
+            (s.leader_id != old && s.term > old_term).then_some(s.term)
+        })
+        .await?;
+        let (_, t2) = until("tasks re-attached", async || job_running(&mut c.clone(), term, 1).await).await?;
+        let (_, t3) = until("a checkpoint under the new leader", async || {
+            let j = c.clone().get_job("demo").await.ok()?;
+            (j.num_completed > done_before).then_some(())
+        })
+        .await?;
+        elected.record((t1 - t0).as_millis() as u64)?;
+        reattached.record((t2 - t0).as_millis() as u64)?;
+        first_cp.record((t3 - t0).as_millis() as u64)?;
+        cluster.launch(old)?;
+        // Let the restarted replica catch up before the next kill.
+        until("the restarted replica to catch up", async || {
+            let s = c.clone().status().await.ok()?;
+            let m = s.members.iter().find(|m| m.id == old)?;
+            (m.matched_index? + 5 >= s.last_log_index).then_some(())
+        })
+        .await?;
+        eprintln!("leader kill {}/{}: done", i + 1, args.leader_kills);
+    }
+    let attempts = c.get_job("demo").await?.attempts;
+    line("leader kill -> new leader elected", &elected);
+    line("leader kill -> all tasks re-attached", &reattached);
+    line("leader kill -> first checkpoint completed", &first_cp);
+    println!("job attempts after {} leader kills: {attempts} (1 = never restarted)", args.leader_kills);
+
+    let mut running = Histogram::<u64>::new(3)?;
+    let mut spare = "w2".to_string();
+    let mut active = "w1".to_string();
+    cluster.launch_worker(&spare, 8)?;
+    for _ in 0..args.worker_kills {
+        let attempt = c.get_job("demo").await?.attempts;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        cluster.workers.get_mut(&active).ok_or_else(|| anyhow::anyhow!("no worker {active}"))?.kill9()?;
+        let t0 = Instant::now();
+        let (_, t1) =
+            until("the job to run again", async || job_running(&mut c.clone(), 0, attempt + 1).await).await?;
+        running.record((t1 - t0).as_millis() as u64)?;
+        cluster.launch_worker(&active, 8)?;
+        std::mem::swap(&mut spare, &mut active);
+    }
+    line("worker kill -> job running again from checkpoint", &running);
+    Ok(())
+}

@@ -109,8 +109,7 @@ impl LeaderClient {
             return Ok(ch.clone());
         }
         let bad = |reason: String| ClientError::BadEndpoint { endpoint: addr.to_owned(), reason };
-        let valid = addr.rsplit_once(':').is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok());
-        if !valid {
+        if !crate::config::is_host_port(addr) {
             return Err(bad("expected host:port".into()));
         }
         let ch = Endpoint::from_shared(format!("http://{addr}"))

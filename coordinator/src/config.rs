@@ -259,11 +259,18 @@ impl NodeConfig {
     }
 }
 
+/// Whether `addr` looks like `host:port` with a non-zero port.
+pub fn is_host_port(addr: &str) -> bool {
+    addr.rsplit_once(':')
+        .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p != 0))
+}
+
 fn check_host_port(key: &'static str, addr: &str) -> Result<(), ConfigError> {
-    let ok = addr
-        .rsplit_once(':')
-        .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p != 0));
-    if ok { Ok(()) } else { Err(invalid(key, format!("{addr:?} is not a host:port address"))) }
+    if is_host_port(addr) {
+        Ok(())
+    } else {
+        Err(invalid(key, format!("{addr:?} is not a host:port address")))
+    }
 }
 
 /// Parses `--peers 1=host:port,2=host:port`.

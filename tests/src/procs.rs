@@ -6,7 +6,7 @@
 //! only by their own PID, and always on drop.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -19,17 +19,41 @@ use tempfile::TempDir;
 /// Run `cargo build --bins` before the tests (the README's test command does).
 pub fn binary(name: &str) -> anyhow::Result<PathBuf> {
     let exe = std::env::current_exe()?;
-    // target/<profile>/deps/<test-exe> -> target/<profile>/<name>
-    let dir =
-        exe.parent().and_then(Path::parent).ok_or_else(|| anyhow::anyhow!("unexpected test path {exe:?}"))?;
-    let path = dir.join(name);
-    if !path.exists() {
-        anyhow::bail!(
-            "{} not found; build the binaries first with `cargo build --workspace --bins`",
-            path.display()
-        );
+    // A test runs from target/<profile>/deps/, a benchmark binary from target/<profile>/.
+    let dir = exe.parent().ok_or_else(|| anyhow::anyhow!("unexpected executable path {exe:?}"))?;
+    for candidate in [Some(dir), dir.parent()].into_iter().flatten() {
+        let path = candidate.join(name);
+        if path.exists() {
+            return Ok(path);
+        }
     }
-    Ok(path)
+    anyhow::bail!(
+        "{name} not found next to {}; build the binaries first with `cargo build --workspace --bins` \
+         (add --release for the benchmarks)",
+        exe.display()
+    )
+}
+
+/// Replica flags for fast failover on a loaded test machine: 100 ms Raft heartbeats, 0.6-1.2 s
+/// election timeouts, 200 ms worker heartbeats with a 2 s timeout, and the given re-attach grace.
+pub fn failover_args(reattach_grace: &str) -> Vec<String> {
+    [
+        "--heartbeat-interval",
+        "100ms",
+        "--election-timeout-min",
+        "600ms",
+        "--election-timeout-max",
+        "1200ms",
+        "--worker-heartbeat-interval",
+        "200ms",
+        "--worker-heartbeat-timeout",
+        "2s",
+        "--reattach-grace",
+        reattach_grace,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
 }
 
 /// Picks a free loopback port.

@@ -211,3 +211,66 @@ pub fn attached(d: &Deployment) -> anyhow::Result<Vec<AttachedTask>> {
         })
         .collect())
 }
+
+/// A gRPC codec that sends and receives raw message bytes, to put garbage on the wire.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RawCodec;
+
+/// Encoder/decoder halves of [`RawCodec`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RawCoder;
+
+impl tonic::codec::Encoder for RawCoder {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+
+    fn encode(&mut self, item: Vec<u8>, dst: &mut tonic::codec::EncodeBuf<'_>) -> Result<(), tonic::Status> {
+        bytes::BufMut::put_slice(dst, &item);
+        Ok(())
+    }
+}
+
+impl tonic::codec::Decoder for RawCoder {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+
+    fn decode(&mut self, src: &mut tonic::codec::DecodeBuf<'_>) -> Result<Option<Vec<u8>>, tonic::Status> {
+        let n = bytes::Buf::remaining(src);
+        Ok(Some(bytes::Buf::copy_to_bytes(src, n).to_vec()))
+    }
+}
+
+impl tonic::codec::Codec for RawCodec {
+    type Encode = Vec<u8>;
+    type Decode = Vec<u8>;
+    type Encoder = RawCoder;
+    type Decoder = RawCoder;
+
+    fn encoder(&mut self) -> RawCoder {
+        RawCoder
+    }
+
+    fn decoder(&mut self) -> RawCoder {
+        RawCoder
+    }
+}
+
+/// Opens `Attach` on `addr` and sends `frames` as raw (undecodable) message bytes; returns the
+/// status the server answers with.
+pub async fn attach_raw(addr: &str, frames: Vec<Vec<u8>>) -> anyhow::Result<tonic::Status> {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))?.connect().await?;
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready().await?;
+    let path = http::uri::PathAndQuery::from_static("/cairn.v1.TaskGateway/Attach");
+    let stream = tokio_stream::iter(frames);
+    match grpc.streaming(tonic::Request::new(stream), path, RawCodec).await {
+        Err(status) => Ok(status),
+        Ok(resp) => {
+            let mut s = resp.into_inner();
+            match s.message().await {
+                Err(status) => Ok(status),
+                Ok(m) => anyhow::bail!("garbage was accepted: {m:?}"),
+            }
+        }
+    }
+}

@@ -9,37 +9,30 @@ use cairn_coordinator::client::LeaderClient;
 use cairn_taskrt::demo::DemoJob;
 use cairn_taskrt::demo::source::SourceConfig;
 use cairn_taskrt::demo::verify::{Expectation, verify_output};
-use cairn_tests::procs::ProcCluster;
+use cairn_tests::procs::{ProcCluster, failover_args};
 use cairn_tests::{init_test_logging, wait};
 
 const KEYS: u64 = 8;
 const RECORDS_PER_KEY: u64 = 2000;
 const T: Duration = Duration::from_secs(60);
 
-fn args(grace: &str) -> Vec<String> {
-    [
-        "--heartbeat-interval",
-        "100ms",
-        "--election-timeout-min",
-        "600ms",
-        "--election-timeout-max",
-        "1200ms",
-        "--worker-heartbeat-interval",
-        "200ms",
-        "--worker-heartbeat-timeout",
-        "2s",
-        "--reattach-grace",
-        grace,
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect()
+/// A running scenario: three replicas, worker `w1`, and the demo job submitted.
+struct Scenario {
+    cluster: ProcCluster,
+    output: PathBuf,
+    client: LeaderClient,
 }
 
-fn start(grace: &str) -> anyhow::Result<ProcCluster> {
-    let a = args(grace);
-    let refs: Vec<&str> = a.iter().map(String::as_str).collect();
-    ProcCluster::start(3, &refs)
+async fn scenario(grace: &str) -> anyhow::Result<Scenario> {
+    init_test_logging();
+    let args = failover_args(grace);
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut cluster = ProcCluster::start(3, &refs)?;
+    let output = cluster.scratch("out")?;
+    cluster.launch_worker("w1", 8)?;
+    let mut client = cluster.client()?;
+    client.register_job("demo", &demo_spec(&output)).await?;
+    Ok(Scenario { cluster, output, client })
 }
 
 fn demo_spec(output: &Path) -> String {
@@ -128,13 +121,8 @@ fn with_logs(cluster: &ProcCluster, r: anyhow::Result<()>) -> anyhow::Result<()>
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leader_killed_three_times_tasks_keep_running_exactly_once() -> anyhow::Result<()> {
-    init_test_logging();
-    let mut cluster = start("8s")?;
-    let output = cluster.scratch("out")?;
-    cluster.launch_worker("w1", 8)?;
-    let client = cluster.client()?;
+    let Scenario { mut cluster, output, client } = scenario("8s").await?;
     let mut c = client.clone();
-    c.register_job("demo", &demo_spec(&output)).await?;
     let result: anyhow::Result<()> = async {
         let mut last_id = 0;
         let mut count = completions(&client, 0, 2, &mut last_id).await?;
@@ -157,21 +145,28 @@ async fn leader_killed_three_times_tasks_keep_running_exactly_once() -> anyhow::
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn worker_killed_job_restarts_on_another_worker_exactly_once() -> anyhow::Result<()> {
-    init_test_logging();
-    let mut cluster = start("8s")?;
-    let output = cluster.scratch("out")?;
-    cluster.launch_worker("w1", 8)?;
-    let client = cluster.client()?;
+    let Scenario { mut cluster, output, client } = scenario("8s").await?;
     let mut c = client.clone();
-    c.register_job("demo", &demo_spec(&output)).await?;
     let result: anyhow::Result<()> = async {
         let mut last_id = 0;
         let count = completions(&client, 0, 2, &mut last_id).await?;
         cluster.launch_worker("w2", 8)?;
         cluster.workers.get_mut("w1").ok_or_else(|| anyhow::anyhow!("no w1"))?.kill9()?;
-        completions(&client, count, 2, &mut last_id).await?;
+        let count = completions(&client, count, 6, &mut last_id).await?;
         let job = c.get_job("demo").await?;
         assert_eq!(job.attempts, 2, "expected one restart");
+        // The restore is counted, and the count survives a leader change (it is not derivable
+        // from the replicated checkpoint store).
+        let restored = |json: &str| -> anyhow::Result<u64> {
+            let stats: serde_json::Value = serde_json::from_str(json)?;
+            Ok(stats["counts"]["restored"].as_u64().unwrap_or(0))
+        };
+        assert_eq!(restored(&job.stats_json)?, 1, "{}", job.stats_json);
+        let leader = c.status().await?.leader_id;
+        cluster.nodes.get_mut(&leader).ok_or_else(|| anyhow::anyhow!("no leader"))?.kill9()?;
+        completions(&client, count, 8, &mut last_id).await?;
+        let job = c.get_job("demo").await?;
+        assert_eq!(restored(&job.stats_json)?, 1, "restore count lost on leader change: {}", job.stats_json);
         exactly_once(output.clone()).await
     }
     .await;
@@ -180,13 +175,8 @@ async fn worker_killed_job_restarts_on_another_worker_exactly_once() -> anyhow::
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leader_and_worker_killed_at_once_job_restarts_from_latest_checkpoint() -> anyhow::Result<()> {
-    init_test_logging();
-    let mut cluster = start("3s")?;
-    let output = cluster.scratch("out")?;
-    cluster.launch_worker("w1", 8)?;
-    let client = cluster.client()?;
+    let Scenario { mut cluster, output, client } = scenario("3s").await?;
     let mut c = client.clone();
-    c.register_job("demo", &demo_spec(&output)).await?;
     let result: anyhow::Result<()> = async {
         let mut last_id = 0;
         let count = completions(&client, 0, 2, &mut last_id).await?;
@@ -205,13 +195,8 @@ async fn leader_and_worker_killed_at_once_job_restarts_from_latest_checkpoint() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn paused_old_leader_commits_nothing_and_steps_down() -> anyhow::Result<()> {
-    init_test_logging();
-    let mut cluster = start("8s")?;
-    let output = cluster.scratch("out")?;
-    cluster.launch_worker("w1", 8)?;
-    let client = cluster.client()?;
+    let Scenario { cluster, output, client } = scenario("8s").await?;
     let mut c = client.clone();
-    c.register_job("demo", &demo_spec(&output)).await?;
     let result: anyhow::Result<()> = async {
         let mut last_id = 0;
         let count = completions(&client, 0, 2, &mut last_id).await?;

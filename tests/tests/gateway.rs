@@ -78,6 +78,11 @@ async fn bad_gateway_input_is_refused_precisely_and_changes_nothing() -> anyhow:
     assert_eq!(st.code(), Code::InvalidArgument);
     assert!(st.message().contains("register"), "{}", st.message());
 
+    // Garbage bytes where a protobuf message should be: a precise status, nothing registered.
+    let st = cairn_tests::scripted::attach_raw(&addrs[0], vec![vec![0xff, 0xfe, 0x07, 0x00, 0x13]]).await?;
+    assert!(matches!(st.code(), Code::Internal | Code::InvalidArgument), "{st}");
+    assert!(st.message().contains("decode"), "{}", st.message());
+
     let mut w = ScriptedWorker::attach(&addrs, "w1", 8, vec![], T).await?;
     let d = deployed(&mut w).await?;
     assert_eq!(d.job_id, "j");

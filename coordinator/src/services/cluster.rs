@@ -129,9 +129,7 @@ impl Cluster for ClusterService {
         let req = req.into_inner();
         let run = async {
             check_node_id(req.node_id)?;
-            let valid =
-                req.addr.rsplit_once(':').is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok());
-            if !valid {
+            if !crate::config::is_host_port(&req.addr) {
                 return Err(NodeError::InvalidArgument(format!(
                     "addr {:?} is not a host:port address",
                     req.addr

@@ -79,6 +79,7 @@ fn record_to_msg(job: &JobRecord) -> JobRecordMsg {
         spec_json: serde_json::to_string(&job.spec).unwrap_or_default(),
         attempts: job.attempts,
         num_completed: job.num_completed,
+        stats_json: job.stats.as_ref().map_or_else(|| "{}".to_owned(), |s| s.to_string()),
     }
 }
 

@@ -30,6 +30,9 @@ pub enum Command {
     DisposeSavepoint { job: JobId, checkpoint_id: u64 },
     /// Removes a job in a terminal state; the outcome returns its retained checkpoints.
     RemoveJob { job: JobId },
+    /// Replaces the job's checkpoint statistics summary (owned by the coordinator, opaque here),
+    /// so that counts and latest entries survive a leader change.
+    RecordStats { job: JobId, stats: serde_json::Value },
     /// Starts a new deployment attempt of the job's tasks; the outcome is its attempt number,
     /// unique across leaders, so a message from an older attempt is always recognisable.
     BeginAttempt { job: JobId },
@@ -48,7 +51,8 @@ impl Command {
             | Self::RegisterSavepoint { job, .. }
             | Self::DisposeSavepoint { job, .. }
             | Self::RemoveJob { job }
-            | Self::BeginAttempt { job } => job,
+            | Self::BeginAttempt { job }
+            | Self::RecordStats { job, .. } => job,
         }
     }
 
@@ -65,6 +69,7 @@ impl Command {
             Self::DisposeSavepoint { .. } => "dispose_savepoint",
             Self::RemoveJob { .. } => "remove_job",
             Self::BeginAttempt { .. } => "begin_attempt",
+            Self::RecordStats { .. } => "record_stats",
         }
     }
 }
@@ -121,6 +126,8 @@ pub enum CommandError {
     InvalidConfig(#[from] ConfigError),
     #[error("checkpoint counter of job `{job}` is at {current}; it cannot be lowered to {requested}")]
     CounterRegression { job: JobId, current: u64, requested: u64 },
+    #[error("statistics of job `{job}` are invalid: {reason}")]
+    InvalidStats { job: JobId, reason: String },
     #[error("attempt counter of job `{job}` is exhausted")]
     AttemptsExhausted { job: JobId },
     #[error("checkpoint counter of job `{job}` is exhausted")]

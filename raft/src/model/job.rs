@@ -177,6 +177,9 @@ pub struct JobRecord {
     /// Deployment attempts started so far; the current attempt is this number.
     #[serde(default)]
     pub attempts: u32,
+    /// Checkpoint statistics summary recorded by the leader (opaque to the state machine).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stats: Option<serde_json::Value>,
 }
 
 impl JobRecord {
@@ -191,6 +194,7 @@ impl JobRecord {
             savepoints: Vec::new(),
             num_completed: 0,
             attempts: 0,
+            stats: None,
         }
     }
 

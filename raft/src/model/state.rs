@@ -125,6 +125,16 @@ fn apply_to_live_job(job: &mut JobRecord, cmd: &Command) -> Result<Outcome, Comm
             job.savepoints.sort_by_key(|s| s.checkpoint.id);
             Ok(Outcome::Done)
         }
+        Command::RecordStats { stats, .. } => {
+            if !stats.is_object() {
+                return Err(CommandError::InvalidStats {
+                    job: job.id.clone(),
+                    reason: "must be a JSON object".into(),
+                });
+            }
+            job.stats = Some(stats.clone());
+            Ok(Outcome::Done)
+        }
         Command::BeginAttempt { .. } => {
             job.attempts = job
                 .attempts

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use cairn_coordinator::client::LeaderClient;
 use cairn_taskrt::demo::DemoJob;
 use cairn_taskrt::demo::source::SourceConfig;
-use cairn_tests::procs::ProcCluster;
+use cairn_tests::procs::{ProcCluster, failover_args};
 use clap::Parser;
 use hdrhistogram::Histogram;
 
@@ -62,23 +62,8 @@ fn line(name: &str, h: &Histogram<u64>) {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let mut cluster = ProcCluster::start(
-        3,
-        &[
-            "--heartbeat-interval",
-            "100ms",
-            "--election-timeout-min",
-            "600ms",
-            "--election-timeout-max",
-            "1200ms",
-            "--worker-heartbeat-interval",
-            "200ms",
-            "--worker-heartbeat-timeout",
-            "2s",
-            "--reattach-grace",
-            "10s",
-        ],
-    )?;
+    let flags = failover_args("10s");
+    let mut cluster = ProcCluster::start(3, &flags.iter().map(String::as_str).collect::<Vec<_>>())?;
     let output = cluster.scratch("out")?;
     cluster.launch_worker("w1", 8)?;
     let mut c = cluster.client()?;

@@ -168,8 +168,26 @@ pub(crate) struct JobDriver {
     /// (checkpoint, attempt) acknowledged recently: tells duplicates apart.
     acked: BTreeSet<(u64, TaskAttemptId)>,
     restarts: u64,
+    /// Counts last recorded through Raft, and when (statistics survive a leader change).
+    recorded_counts: Option<crate::checkpoint::stats::CheckpointCounts>,
+    recorded_at: Option<Instant>,
     io: JoinSet<()>,
 }
+
+/// The statistics summary a previous leader recorded, if it decodes.
+fn recorded_stats(record: &cairn_raft::model::JobRecord) -> Option<crate::checkpoint::StatsSummary> {
+    let value = record.stats.clone()?;
+    match serde_json::from_value(value) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            tracing::warn!(job = %record.id, error = %e, "recorded checkpoint statistics do not decode; starting from the replicated counts");
+            None
+        }
+    }
+}
+
+/// How often, at most, the statistics summary is written through Raft.
+const STATS_RECORD_INTERVAL: Duration = Duration::from_secs(1);
 
 impl JobDriver {
     pub(crate) fn new(
@@ -202,6 +220,8 @@ impl JobDriver {
             max_allocated: 0,
             acked: BTreeSet::new(),
             restarts: 0,
+            recorded_counts: None,
+            recorded_at: None,
             io: JoinSet::new(),
         };
         (driver, JobHandle { tx })
@@ -398,7 +418,7 @@ impl JobDriver {
             Err(e) => return self.fail_job(CheckpointFailureReason::JobFailure, e),
         };
         let metadata = read_retained(&record);
-        let recovered = Recovered::from_job(&record, &metadata, None);
+        let recovered = Recovered::from_job(&record, &metadata, recorded_stats(&record));
         let config = self.core_config(&record);
         match CheckpointCoordinatorCore::new(config, task_set, recovered) {
             Ok(core) => self.core = Some(core),
@@ -531,7 +551,8 @@ impl JobDriver {
         match &mut self.core {
             Some(_) => self.feed(Event::TasksRedeployed { tasks: task_set }),
             None => {
-                let recovered = Recovered::from_job(&p.record, &p.retained_metadata, None);
+                let recovered =
+                    Recovered::from_job(&p.record, &p.retained_metadata, recorded_stats(&p.record));
                 match CheckpointCoordinatorCore::new(self.core_config(&p.record), task_set, recovered) {
                     Ok(core) => self.core = Some(core),
                     Err(e) => return self.fail_job(CheckpointFailureReason::JobFailure, e.to_string()),
@@ -805,6 +826,29 @@ impl JobDriver {
     fn feed(&mut self, event: Event) {
         let actions = self.feed_collect(event);
         self.execute_all(actions);
+        self.record_stats();
+    }
+
+    /// Writes the statistics summary through Raft when the counts changed, at most once per
+    /// [`STATS_RECORD_INTERVAL`].
+    fn record_stats(&mut self) {
+        let Some(core) = &self.core else { return };
+        let summary = core.stats_summary();
+        if self.recorded_counts == Some(summary.counts)
+            || self.recorded_at.is_some_and(|t| t.elapsed() < STATS_RECORD_INTERVAL)
+        {
+            return;
+        }
+        let Ok(stats) = serde_json::to_value(&summary) else { return };
+        self.recorded_counts = Some(summary.counts);
+        self.recorded_at = Some(Instant::now());
+        let ctx = self.ctx.clone();
+        let job = self.job.clone();
+        self.io.spawn(async move {
+            if let Err(e) = propose(&ctx, Command::RecordStats { job: job.clone(), stats }).await {
+                tracing::debug!(job = %job, error = %e, "checkpoint statistics not recorded");
+            }
+        });
     }
 
     fn feed_collect(&mut self, event: Event) -> Vec<Action> {

@@ -139,6 +139,17 @@ fn terminal_jobs_accept_nothing_but_removal() {
 }
 
 #[test]
+fn stats_are_recorded_as_objects_only() {
+    let mut sm = StateMachineData::default();
+    register(&mut sm, "a", 1);
+    let bad = sm.apply(&Command::RecordStats { job: jid("a"), stats: serde_json::json!(3) });
+    assert!(matches!(bad, Err(CommandError::InvalidStats { .. })));
+    let stats = serde_json::json!({"counts": {"failed": 2}});
+    sm.apply(&Command::RecordStats { job: jid("a"), stats: stats.clone() }).unwrap();
+    assert_eq!(sm.job(&jid("a")).unwrap().stats, Some(stats));
+}
+
+#[test]
 fn attempts_are_numbered_from_one() {
     let mut sm = StateMachineData::default();
     register(&mut sm, "a", 1);

@@ -1,0 +1,232 @@
+//! Feeding events to the coordinator core and carrying out its actions: Raft proposals, task
+//! commands, timers, `_metadata` writes, deletions, and recording statistics.
+
+use super::*;
+
+impl JobDriver {
+    pub(super) fn command(&self, lease: &WorkerLease, attempt: u32, tasks: Vec<(String, u32)>, body: ToTask) {
+        let cmd = TaskCommand { job_id: self.job.to_string(), attempt, tasks, body };
+        match serde_json::to_vec(&cmd) {
+            Ok(json) => {
+                if lease
+                    .outbox
+                    .try_send(self.term.leader_message(leader_message::Body::CommandJson(json)))
+                    .is_err()
+                {
+                    tracing::warn!(job = %self.job, worker = %lease.worker_id, "worker outbox full or closed: command dropped");
+                }
+            }
+            Err(e) => tracing::error!(job = %self.job, error = %e, "cannot encode a task command"),
+        }
+    }
+
+    /// Sends `body` to the given core attempts (all of the current deployment).
+    pub(super) fn to_tasks(&self, attempts: &[TaskAttemptId], body: ToTask) {
+        let Some(d) = &self.deployed else { return };
+        let mut addressed = Vec::new();
+        for a in attempts {
+            let (attempt, index) = split_attempt(*a);
+            if attempt != d.attempt {
+                continue;
+            }
+            if let Some(t) = self.tasks.get(index) {
+                addressed.push((t.vertex.clone(), t.subtask));
+            }
+        }
+        if addressed.is_empty() {
+            return;
+        }
+        if addressed.len() == self.tasks.len() {
+            addressed.clear();
+        }
+        self.command(&d.lease, d.attempt, addressed, body);
+    }
+
+    pub(super) fn feed(&mut self, event: Event) {
+        let actions = self.feed_collect(event);
+        self.execute_all(actions);
+        self.record_stats();
+    }
+
+    /// Writes the statistics summary through Raft when the counts changed, at most once per
+    /// [`STATS_RECORD_INTERVAL`].
+    pub(super) fn record_stats(&mut self) {
+        let Some(core) = &self.core else { return };
+        let summary = core.stats_summary();
+        if self.recorded_counts == Some(summary.counts)
+            || self.recorded_at.is_some_and(|t| t.elapsed() < STATS_RECORD_INTERVAL)
+        {
+            return;
+        }
+        let Ok(stats) = serde_json::to_value(&summary) else { return };
+        self.recorded_counts = Some(summary.counts);
+        self.recorded_at = Some(Instant::now());
+        let ctx = self.ctx.clone();
+        let job = self.job.clone();
+        self.io.spawn(async move {
+            if let Err(e) = propose(&ctx, Command::RecordStats { job: job.clone(), stats }).await {
+                tracing::debug!(job = %job, error = %e, "checkpoint statistics not recorded");
+            }
+        });
+    }
+
+    pub(super) fn feed_collect(&mut self, event: Event) -> Vec<Action> {
+        match &mut self.core {
+            Some(core) => core.handle(now(), event),
+            None => Vec::new(),
+        }
+    }
+
+    pub(super) fn execute_all(&mut self, actions: Vec<Action>) {
+        for a in actions {
+            self.execute(a);
+        }
+    }
+
+    pub(super) fn on_internal(&mut self, internal: Internal) {
+        if self.phase == Phase::Suspended {
+            return;
+        }
+        match internal {
+            Internal::Core(event) => {
+                if let Event::CheckpointIdAllocated { checkpoint_id, .. } = &event {
+                    self.max_allocated = self.max_allocated.max(*checkpoint_id);
+                }
+                match &event {
+                    Event::CompletionCommitted { checkpoint_id, .. } => {
+                        tracing::info!(job = %self.job, checkpoint = checkpoint_id, term = self.term.term, "checkpoint completed")
+                    }
+                    Event::MetadataWriteFailed { checkpoint_id, error } => {
+                        tracing::warn!(job = %self.job, checkpoint = checkpoint_id, error = %error, "cannot write _metadata")
+                    }
+                    Event::CompletionRejected { checkpoint_id, error } => {
+                        tracing::warn!(job = %self.job, checkpoint = checkpoint_id, error = %error, "completion rejected")
+                    }
+                    Event::CompletionOutcomeUnknown { checkpoint_id, detail } => {
+                        tracing::warn!(job = %self.job, checkpoint = checkpoint_id, detail = %detail, "completion outcome unknown")
+                    }
+                    Event::CheckpointIdAllocationFailed { error, .. } => {
+                        tracing::warn!(job = %self.job, error = %error, "checkpoint id allocation failed")
+                    }
+                    _ => {}
+                }
+                self.feed(event);
+            }
+            Internal::Prepared { generation, result } => {
+                if generation == self.generation && self.phase == Phase::Preparing {
+                    self.on_prepared(*result);
+                }
+            }
+            Internal::Leased { generation, lease } => {
+                if generation == self.generation && self.phase == Phase::WaitingForWorker {
+                    self.on_leased(lease);
+                } else if lease.is_some() {
+                    self.release_worker();
+                }
+            }
+            Internal::StatusCommitted { status, result } => match result {
+                Ok(()) => {
+                    if status.is_terminal() {
+                        self.feed(Event::Shutdown { job_status: status });
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(job = %self.job, status = %status, error = %e, "cannot record the job status")
+                }
+            },
+        }
+    }
+
+    pub(super) fn execute(&mut self, action: Action) {
+        match action {
+            Action::AllocateCheckpointId { token } => {
+                let ctx = self.ctx.clone();
+                let job = self.job.clone();
+                self.spawn_internal(async move {
+                    Internal::Core(match propose(&ctx, Command::AllocateCheckpointId { job }).await {
+                        Ok((Outcome::CheckpointId { id }, _)) => {
+                            Event::CheckpointIdAllocated { token, checkpoint_id: id }
+                        }
+                        Ok((other, _)) => Event::CheckpointIdAllocationFailed {
+                            token,
+                            error: format!("unexpected outcome {other:?}"),
+                        },
+                        Err(e) => Event::CheckpointIdAllocationFailed { token, error: e.to_string() },
+                    })
+                });
+            }
+            Action::TriggerTasks { checkpoint_id, timestamp_ms, options, tasks } => {
+                self.to_tasks(
+                    &tasks,
+                    ToTask::TriggerCheckpoint {
+                        checkpoint_id,
+                        timestamp_ms,
+                        options: task_options(&options),
+                    },
+                );
+            }
+            Action::ScheduleTrigger { at, token } => self.trigger_timer = Some((at, token)),
+            Action::CancelTrigger => self.trigger_timer = None,
+            Action::ScheduleTimeout { checkpoint_id, at } => {
+                self.timeouts.insert(checkpoint_id, at);
+            }
+            Action::WriteMetadata { checkpoint_id, path, metadata } => {
+                self.spawn_internal(async move {
+                    let r = tokio::task::spawn_blocking(move || write_metadata(&path, &metadata)).await;
+                    Internal::Core(match r {
+                        Ok(Ok(pointer)) => Event::MetadataWritten { checkpoint_id, pointer },
+                        Ok(Err(e)) => Event::MetadataWriteFailed { checkpoint_id, error: e.to_string() },
+                        Err(e) => Event::MetadataWriteFailed { checkpoint_id, error: e.to_string() },
+                    })
+                });
+            }
+            Action::ProposeCompletion { checkpoint_id, command } => {
+                self.timeouts.remove(&checkpoint_id);
+                let ctx = self.ctx.clone();
+                self.spawn_internal(async move {
+                    Internal::Core(match propose(&ctx, *command).await {
+                        Ok((outcome, _)) => Event::CompletionCommitted { checkpoint_id, outcome },
+                        Err(NodeError::Command(error)) => Event::CompletionRejected { checkpoint_id, error },
+                        // Leadership lost mid-proposal: the entry may or may not commit.
+                        Err(e) => Event::CompletionOutcomeUnknown { checkpoint_id, detail: e.to_string() },
+                    })
+                });
+            }
+            Action::NotifyComplete { checkpoint_id, tasks, .. } => {
+                self.timeouts.remove(&checkpoint_id);
+                self.to_tasks(&tasks, ToTask::NotifyCheckpointComplete { checkpoint_id });
+            }
+            Action::NotifyAborted { checkpoint_id, reason, tasks } => {
+                self.timeouts.remove(&checkpoint_id);
+                tracing::info!(job = %self.job, checkpoint = checkpoint_id, reason = reason.description(), "checkpoint aborted");
+                self.to_tasks(&tasks, ToTask::NotifyCheckpointAborted { checkpoint_id });
+            }
+            Action::DiscardCheckpoint { dirs, files, checkpoint_id, .. } => {
+                self.timeouts.remove(&checkpoint_id);
+                self.io.spawn(async move {
+                    let _ = tokio::task::spawn_blocking(move || remove_paths(&dirs, &files)).await;
+                });
+            }
+            Action::DiscardJobCheckpoints { dirs, .. } => {
+                self.io.spawn(async move {
+                    let _ = tokio::task::spawn_blocking(move || remove_paths(&dirs, &[])).await;
+                });
+            }
+            Action::DiscardAckedState { files, .. } => {
+                self.io.spawn(async move {
+                    let _ = tokio::task::spawn_blocking(move || remove_paths(&[], &files)).await;
+                });
+            }
+            Action::FailJob { reason, message } => self.fail_job(reason, message),
+            Action::TriggerAccepted { request, checkpoint_id } => {
+                tracing::info!(job = %self.job, request = request.0, checkpoint = checkpoint_id, "trigger accepted");
+            }
+            Action::AnswerTrigger { request, result } => {
+                if let Some(reply) = self.requests.remove(&request) {
+                    let _ = reply.send(result.map_err(|e| e.to_string()));
+                }
+            }
+            Action::StatsChanged { .. } => {}
+        }
+    }
+}

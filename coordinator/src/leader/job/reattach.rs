@@ -1,0 +1,113 @@
+//! Re-attaching tasks after a leader change: a job whose tasks of the latest attempt all come
+//! back continues without a restart; otherwise it restarts from its latest checkpoint.
+
+use super::*;
+
+impl JobDriver {
+    pub(super) fn on_attached(&mut self, lease: WorkerLease, attached: Vec<AttachedTask>) {
+        let latest_attempt = self.ctx.reader.job(&self.job).map(|r| r.attempts).unwrap_or(0);
+        match self.phase {
+            Phase::AwaitReattach => {
+                for t in &attached {
+                    match self.tasks.index_of(&t.vertex, t.subtask) {
+                        Some(i) => {
+                            self.reattached.insert(i, (t.attempt as u32, t.status.clone(), lease.clone()));
+                        }
+                        None => {
+                            tracing::warn!(job = %self.job, vertex = %t.vertex, subtask = t.subtask, "re-attached task is not in the job graph")
+                        }
+                    }
+                }
+                let complete = self.reattached.len() == self.tasks.len()
+                    && self.reattached.values().all(|(a, status, l)| {
+                        *a == latest_attempt && status == "running" && l.worker_id == lease.worker_id
+                    });
+                if complete {
+                    self.resume_without_restart(latest_attempt, lease);
+                }
+            }
+            _ => {
+                // The worker reconnected: keep our deployment if these are its tasks; cancel
+                // tasks of any other attempt.
+                let mut stale = BTreeSet::new();
+                for t in &attached {
+                    match &mut self.deployed {
+                        Some(d) if d.attempt == t.attempt as u32 && d.lease.worker_id == lease.worker_id => {
+                            d.lease = lease.clone();
+                        }
+                        _ => {
+                            stale.insert(t.attempt as u32);
+                        }
+                    }
+                }
+                for attempt in stale {
+                    tracing::info!(job = %self.job, attempt, worker = %lease.worker_id, "cancelling tasks of a superseded attempt");
+                    self.command(&lease, attempt, Vec::new(), ToTask::Cancel);
+                }
+            }
+        }
+    }
+
+    /// Every task of the latest attempt re-attached to this leader: continue without restarting.
+    pub(super) fn resume_without_restart(&mut self, attempt: u32, lease: WorkerLease) {
+        let Some(record) = self.ctx.reader.job(&self.job) else { return };
+        let task_set = match self.tasks.task_set(attempt) {
+            Ok(t) => t,
+            Err(e) => return self.fail_job(CheckpointFailureReason::JobFailure, e),
+        };
+        let metadata = read_retained(&record);
+        let recovered = Recovered::from_job(&record, &metadata, recorded_stats(&record));
+        let config = self.core_config(&record);
+        match CheckpointCoordinatorCore::new(config, task_set, recovered) {
+            Ok(core) => self.core = Some(core),
+            Err(e) => return self.fail_job(CheckpointFailureReason::JobFailure, e.to_string()),
+        }
+        self.runtime_lease(&lease);
+        tracing::info!(job = %self.job, attempt, worker = %lease.worker_id, term = self.term.term,
+            "all tasks re-attached: continuing without restart");
+        // Pending checkpoints of the old leader will never complete: abort them on the tasks. The
+        // latest completed one may not have been notified: notify it again (idempotent).
+        let latest = record.latest_completed().map(|c| c.id).unwrap_or(0);
+        let first_open = latest + 1;
+        let last_allocated = record.next_checkpoint_id.saturating_sub(1);
+        for id in first_open.max(last_allocated.saturating_sub(63))..=last_allocated {
+            self.command(&lease, attempt, Vec::new(), ToTask::NotifyCheckpointAborted { checkpoint_id: id });
+        }
+        if latest > 0 {
+            self.command(
+                &lease,
+                attempt,
+                Vec::new(),
+                ToTask::NotifyCheckpointComplete { checkpoint_id: latest },
+            );
+        }
+        let all: BTreeSet<usize> = (0..self.tasks.len()).collect();
+        self.deployed = Some(Deployed { attempt, lease, running: all, finished: BTreeSet::new() });
+        self.reattached.clear();
+        self.phase = Phase::Running;
+        self.feed(Event::StartScheduler);
+    }
+
+    pub(super) fn give_up_reattach(&mut self) {
+        tracing::info!(job = %self.job, attached = self.reattached.len(), tasks = self.tasks.len(),
+            "not every task re-attached within the grace period: restarting from the latest checkpoint");
+        let attached = std::mem::take(&mut self.reattached);
+        let mut cancelled = BTreeSet::new();
+        for (attempt, _, lease) in attached.into_values() {
+            if cancelled.insert((attempt, lease.worker_id.clone())) {
+                self.command(&lease, attempt, Vec::new(), ToTask::Cancel);
+            }
+        }
+        self.phase = Phase::Restarting;
+        self.restart_at = Some(Instant::now());
+        self.restarts += 1;
+    }
+
+    pub(super) fn runtime_lease(&mut self, lease: &WorkerLease) {
+        let term = self.term.clone();
+        let job = self.job.clone();
+        let slots = self.tasks.len() as u32;
+        let worker = lease.worker_id.clone();
+        self.io.spawn(async move { term.adopt_lease(job, worker, slots).await });
+    }
+}

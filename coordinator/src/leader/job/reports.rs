@@ -1,0 +1,144 @@
+//! Reports from tasks (acknowledgements, declines, status) and manual trigger requests, with
+//! precise refusals for the worker.
+
+use super::*;
+
+impl JobDriver {
+    pub(super) fn on_report(&mut self, worker_id: &str, msg: TaskMessage) -> Result<(), Status> {
+        let task = msg.task().clone();
+        let index = self.tasks.index_of(&task.task.vertex, task.task.subtask).ok_or_else(|| {
+            Status::not_found(format!(
+                "job `{}` has no task {}/{}",
+                self.job, task.task.vertex, task.task.subtask
+            ))
+        })?;
+        let attempt = core_attempt(task.attempt, index);
+        let current = self.deployed.as_ref().filter(|d| d.lease.worker_id == worker_id).map(|d| d.attempt);
+        match msg {
+            TaskMessage::Acknowledge { checkpoint_id, state, metrics, .. } => {
+                if checkpoint_id == 0 || checkpoint_id > self.max_allocated {
+                    return Err(Status::invalid_argument(format!(
+                        "checkpoint {checkpoint_id} of job `{}` was never triggered (highest allocated id is {})",
+                        self.job, self.max_allocated
+                    )));
+                }
+                if !self.acked.insert((checkpoint_id, attempt)) {
+                    return Err(Status::already_exists(format!(
+                        "checkpoint {checkpoint_id} was already acknowledged by task {task}"
+                    )));
+                }
+                let floor = self.max_allocated.saturating_sub(256);
+                self.acked.retain(|(id, _)| *id >= floor);
+                if self.core.is_none() {
+                    return Err(Status::failed_precondition(format!(
+                        "job `{}` is not running a deployment; the acknowledgement is ignored",
+                        self.job
+                    )));
+                }
+                let actions =
+                    self.feed_collect(Event::TaskAcknowledged { attempt, checkpoint_id, state, metrics });
+                let verdict = actions.iter().find_map(|a| match a {
+                    Action::DiscardAckedState { checkpoint_id: c, attempt: a, cause, .. }
+                        if *c == checkpoint_id && *a == attempt =>
+                    {
+                        Some(*cause)
+                    }
+                    _ => None,
+                });
+                self.execute_all(actions);
+                match verdict {
+                    None => Ok(()),
+                    Some(StrayAck::UnknownAttempt) => Err(Status::failed_precondition(format!(
+                        "task {task} is not a current attempt of job `{}`; its state was discarded",
+                        self.job
+                    ))),
+                    Some(StrayAck::Late { .. }) => Err(Status::failed_precondition(format!(
+                        "checkpoint {checkpoint_id} of job `{}` already finished; the late state was discarded",
+                        self.job
+                    ))),
+                    Some(StrayAck::UnknownCheckpoint) => Err(Status::not_found(format!(
+                        "checkpoint {checkpoint_id} of job `{}` is not pending; the state was discarded",
+                        self.job
+                    ))),
+                }
+            }
+            TaskMessage::Decline { checkpoint_id, reason, .. } => {
+                if self.core.is_none() {
+                    return Ok(());
+                }
+                let (reason, detail) = decline_reason(&reason);
+                self.feed(Event::TaskDeclined { attempt, checkpoint_id, reason, detail });
+                Ok(())
+            }
+            TaskMessage::Status { status, .. } => {
+                if current != Some(task.attempt) {
+                    tracing::debug!(job = %self.job, task = %task, "status of a superseded attempt ignored");
+                    return Ok(());
+                }
+                self.on_task_status(index, attempt, status);
+                Ok(())
+            }
+        }
+    }
+
+    pub(super) fn on_task_status(&mut self, index: usize, attempt: TaskAttemptId, status: RtTaskStatus) {
+        let core_status = match &status {
+            RtTaskStatus::Running => TaskStatus::Running,
+            RtTaskStatus::Finished => TaskStatus::Finished,
+            RtTaskStatus::Failed(_) | RtTaskStatus::Canceled => TaskStatus::Failed,
+            RtTaskStatus::Created | RtTaskStatus::Restoring | RtTaskStatus::Finishing => {
+                TaskStatus::NotRunning
+            }
+        };
+        if self.core.is_some() {
+            self.feed(Event::TaskStatusChanged { attempt, status: core_status });
+        }
+        match status {
+            RtTaskStatus::Running => {
+                let all_running = match &mut self.deployed {
+                    Some(d) => {
+                        d.running.insert(index);
+                        d.running.len() == self.tasks.len()
+                    }
+                    None => false,
+                };
+                if all_running && self.phase == Phase::Deploying {
+                    tracing::info!(job = %self.job, "all tasks running: checkpointing starts");
+                    self.phase = Phase::Running;
+                    self.set_status(JobStatus::Running);
+                    self.feed(Event::StartScheduler);
+                }
+            }
+            RtTaskStatus::Finished => {
+                let all_finished = match &mut self.deployed {
+                    Some(d) => {
+                        d.finished.insert(index);
+                        d.finished.len() == self.tasks.len()
+                    }
+                    None => false,
+                };
+                if all_finished {
+                    tracing::info!(job = %self.job, "all tasks finished: the job is finished");
+                    self.deployed = None;
+                    self.release_worker();
+                    self.phase = Phase::Finished;
+                    self.set_status(JobStatus::Finished);
+                }
+            }
+            RtTaskStatus::Failed(cause) => self.restart(format!("task {index} failed: {cause}")),
+            RtTaskStatus::Canceled => self.restart(format!("task {index} was canceled")),
+            _ => {}
+        }
+    }
+
+    pub(super) fn on_trigger(&mut self, kind: TriggerKind, reply: oneshot::Sender<TriggerReply>) {
+        if self.phase != Phase::Running || self.core.is_none() {
+            let _ = reply.send(Err(format!("job `{}` is not running (it is {:?})", self.job, self.phase)));
+            return;
+        }
+        let request = RequestId(self.next_request);
+        self.next_request += 1;
+        self.requests.insert(request, reply);
+        self.feed(Event::TriggerRequested { request, kind });
+    }
+}

@@ -7,6 +7,9 @@
 
 pub mod leader_hint;
 
+/// Encoded descriptors of every Cairn service, for gRPC server reflection.
+pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("cairn_descriptor");
+
 /// Generated code for package `cairn.v1`.
 #[allow(clippy::all, missing_docs)]
 pub mod v1 {

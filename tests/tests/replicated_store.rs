@@ -262,3 +262,40 @@ async fn node_added_as_learner_promoted_and_removed() -> anyhow::Result<()> {
     cluster.shutdown().await;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn standard_health_and_reflection_services_answer() -> anyhow::Result<()> {
+    use tonic_health::pb::health_check_response::ServingStatus;
+    use tonic_health::pb::health_client::HealthClient;
+    use tonic_reflection::pb::v1::ServerReflectionRequest;
+    use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+    use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+    use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
+
+    init_test_logging();
+    let cluster = InProcCluster::start(1, test_timing()).await?;
+    cluster.wait_leader(ELECTION).await?;
+    let url = format!("http://{}", cluster.addrs[&1]);
+    let channel = tonic::transport::Endpoint::from_shared(url)?.connect().await?;
+
+    let mut health = HealthClient::new(channel.clone());
+    let reply = health.check(tonic_health::pb::HealthCheckRequest { service: String::new() }).await?;
+    assert_eq!(reply.into_inner().status, ServingStatus::Serving as i32);
+
+    let mut reflection = ServerReflectionClient::new(channel);
+    let req = ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    };
+    let mut replies = reflection.server_reflection_info(tokio_stream::iter([req])).await?.into_inner();
+    let reply = replies.message().await?.ok_or_else(|| anyhow::anyhow!("no reflection reply"))?;
+    let Some(MessageResponse::ListServicesResponse(list)) = reply.message_response else {
+        anyhow::bail!("unexpected reflection reply");
+    };
+    let names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
+    for expected in ["cairn.v1.Cluster", "cairn.v1.Store", "cairn.v1.TaskGateway", "grpc.health.v1.Health"] {
+        assert!(names.iter().any(|n| n == expected), "{expected} missing from {names:?}");
+    }
+    cluster.shutdown().await;
+    Ok(())
+}

@@ -65,6 +65,8 @@ pub struct Replica {
     bootstrap: JoinHandle<()>,
     supervisor: LeaderSupervisor,
     leader: LeaderHandle,
+    /// Reports NOT_SERVING while shutting down.
+    health: tonic_health::server::HealthReporter,
 }
 
 /// Largest gRPC message a replica accepts (Raft batches and snapshot chunks stay well below).
@@ -100,8 +102,18 @@ impl Replica {
             incremental: config.incremental_checkpoints,
         };
         let (supervisor, leader) = LeaderSupervisor::spawn(ctx.clone(), options);
+        // Standard services, so grpcurl and grpc-health-probe work against a replica.
+        let (health, health_service) = tonic_health::server::health_reporter();
+        health.set_service_status("", tonic_health::ServingStatus::Serving).await;
+        let reflection = tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(cairn_proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .build_v1()
+            .map_err(|e| StartError::Raft(format!("cannot build the reflection service: {e}")))?;
         let (stop, mut stopped) = watch::channel(false);
         let router = tonic::transport::Server::builder()
+            .add_service(health_service)
+            .add_service(reflection)
             .add_service(RaftService::new(raft.clone()).into_server(MAX_MESSAGE_BYTES))
             .add_service(GatewayService::new(ctx.clone(), leader.clone()).into_server())
             .add_service(ClusterService::new(ctx.clone(), leader.clone()).into_server())
@@ -112,7 +124,7 @@ impl Replica {
             }));
         let bootstrap = tokio::spawn(bootstrap::run(config.clone(), raft.clone()));
         tracing::info!(node_id = config.node_id, %addr, data_dir = %data_dir.display(), "replica started");
-        Ok(Self { ctx, addr, stop, server, bootstrap, supervisor, leader })
+        Ok(Self { ctx, addr, stop, server, bootstrap, supervisor, leader, health })
     }
 
     pub fn context(&self) -> &ReplicaContext {
@@ -140,6 +152,7 @@ impl Replica {
     /// Stops serving, stops Raft and releases the data directory. Waits for all of it, so the
     /// same directory can be reopened right after.
     pub async fn shutdown(self) {
+        self.health.set_service_status("", tonic_health::ServingStatus::NotServing).await;
         let _ = self.stop.send(true);
         self.bootstrap.abort();
         self.supervisor.stop().await;

@@ -256,6 +256,24 @@ impl LeaderClient {
         .await
     }
 
+    /// Triggers a checkpoint or savepoint and waits for its completion, for as long as the
+    /// call's deadline. A retry after a lost reply may take a second snapshot.
+    pub async fn trigger_checkpoint(
+        &mut self,
+        req: cairn_proto::v1::TriggerCheckpointRequest,
+    ) -> Result<cairn_proto::v1::TriggerCheckpointReply, ClientError> {
+        // A snapshot may take longer than one ordinary attempt: give it the whole deadline.
+        let attempt = std::mem::replace(&mut self.config.attempt_timeout, self.config.deadline);
+        let result = self
+            .call("trigger checkpoint", move |ch| {
+                let req = req.clone();
+                async move { Ok(StoreClient::new(ch).trigger_checkpoint(req).await?.into_inner()) }
+            })
+            .await;
+        self.config.attempt_timeout = attempt;
+        result
+    }
+
     pub async fn get_job(&mut self, job_id: &str) -> Result<JobRecord, ClientError> {
         let job_id = job_id.to_owned();
         self.call("get job", move |ch| {

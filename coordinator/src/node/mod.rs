@@ -117,7 +117,7 @@ impl Replica {
             .add_service(RaftService::new(raft.clone()).into_server(MAX_MESSAGE_BYTES))
             .add_service(GatewayService::new(ctx.clone(), leader.clone()).into_server())
             .add_service(ClusterService::new(ctx.clone(), leader.clone()).into_server())
-            .add_service(StoreService::new(ctx.clone()).into_server());
+            .add_service(StoreService::new(ctx.clone(), leader.clone()).into_server());
         let server =
             tokio::spawn(router.serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
                 let _ = stopped.wait_for(|s| *s).await;

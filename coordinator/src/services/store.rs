@@ -3,9 +3,12 @@
 use cairn_proto::v1::store_server::{Store, StoreServer};
 use cairn_proto::v1::{
     AllocateCheckpointIdReply, AllocateCheckpointIdRequest, GetJobRequest, JobRecord as JobRecordMsg,
-    RegisterJobReply, RegisterJobRequest,
+    RegisterJobReply, RegisterJobRequest, TriggerCheckpointReply, TriggerCheckpointRequest,
+    TriggerKind as TriggerKindMsg,
 };
 use cairn_raft::model::{Command, JobId, JobRecord, JobSpec, Outcome};
+
+use crate::checkpoint::TriggerKind;
 use tonic::{Request, Response, Status};
 
 use super::{linearizable, propose};
@@ -19,11 +22,12 @@ const MAX_SPEC_BYTES: usize = 1024 * 1024;
 #[derive(Clone)]
 pub struct StoreService {
     ctx: ReplicaContext,
+    leader: crate::leader::LeaderHandle,
 }
 
 impl StoreService {
-    pub fn new(ctx: ReplicaContext) -> Self {
-        Self { ctx }
+    pub fn new(ctx: ReplicaContext, leader: crate::leader::LeaderHandle) -> Self {
+        Self { ctx, leader }
     }
 
     pub fn into_server(self) -> StoreServer<Self> {
@@ -118,6 +122,62 @@ impl Store for StoreService {
                 }),
                 (other, _) => Err(NodeError::Internal(format!("unexpected outcome {other:?}"))),
             }
+        };
+        run.await.map(Response::new).map_err(|e: NodeError| e.into_status(WHAT))
+    }
+
+    async fn trigger_checkpoint(
+        &self,
+        req: Request<TriggerCheckpointRequest>,
+    ) -> Result<Response<TriggerCheckpointReply>, Status> {
+        const WHAT: &str = "TriggerCheckpoint";
+        let req = req.into_inner();
+        let run = async {
+            let job = parse_job_id(&req.job_id)?;
+            let kind = TriggerKindMsg::try_from(req.kind).map_err(|_| {
+                NodeError::InvalidArgument(format!("kind {} is not a trigger kind", req.kind))
+            })?;
+            let target_dir = (!req.target_dir.trim().is_empty()).then(|| req.target_dir.clone());
+            if target_dir.as_deref().is_some_and(|d| !std::path::Path::new(d).is_absolute()) {
+                return Err(NodeError::InvalidArgument(format!(
+                    "target_dir {:?} must be an absolute path (every replica and worker resolves it)",
+                    req.target_dir
+                )));
+            }
+            let kind = match kind {
+                TriggerKindMsg::Checkpoint if target_dir.is_some() || req.drain => {
+                    return Err(NodeError::InvalidArgument(
+                        "target_dir and drain apply to savepoints only".into(),
+                    ));
+                }
+                TriggerKindMsg::Checkpoint => TriggerKind::Checkpoint,
+                TriggerKindMsg::Savepoint => {
+                    TriggerKind::Savepoint { target_dir, sync: false, drain: req.drain }
+                }
+                TriggerKindMsg::StopWithSavepoint => {
+                    TriggerKind::Savepoint { target_dir, sync: true, drain: req.drain }
+                }
+            };
+            linearizable(&self.ctx).await?;
+            let term = self.leader.current().ok_or_else(|| {
+                NodeError::NotLeader(cairn_proto::leader_hint::LeaderHint {
+                    leader_id: None,
+                    leader_addr: None,
+                })
+            })?;
+            let done =
+                term.trigger(job, kind).await.map_err(|s| NodeError::Stopped(s.message().to_owned()))?;
+            let success = done.map_err(NodeError::FailedPrecondition)?;
+            let kind = match success.kind {
+                cairn_raft::model::CheckpointKind::Checkpoint => "checkpoint",
+                cairn_raft::model::CheckpointKind::Savepoint => "savepoint",
+                cairn_raft::model::CheckpointKind::SyncSavepoint => "sync_savepoint",
+            };
+            Ok(TriggerCheckpointReply {
+                checkpoint_id: success.checkpoint_id,
+                kind: kind.to_owned(),
+                location: success.location.display().to_string(),
+            })
         };
         run.await.map(Response::new).map_err(|e: NodeError| e.into_status(WHAT))
     }

@@ -11,7 +11,7 @@ use cairn_raft::types::{Node, NodeId, RaftMetrics};
 use openraft::ChangeMembers;
 use tonic::{Request, Response, Status};
 
-use super::linearizable;
+use super::{leader_runtime, linearizable};
 use crate::error::NodeError;
 use crate::leader::LeaderHandle;
 use crate::node::ReplicaContext;
@@ -97,13 +97,7 @@ impl Cluster for ClusterService {
     ) -> Result<Response<JobRuntimesReply>, Status> {
         const WHAT: &str = "JobRuntimes";
         let run = async {
-            linearizable(&self.ctx).await?;
-            let term = self.leader.current().ok_or_else(|| {
-                NodeError::NotLeader(cairn_proto::leader_hint::LeaderHint {
-                    leader_id: None,
-                    leader_addr: None,
-                })
-            })?;
+            let term = leader_runtime(&self.ctx, &self.leader).await?;
             let views = term.jobs().await.map_err(|s| NodeError::Stopped(s.message().to_owned()))?;
             let jobs = views
                 .into_iter()

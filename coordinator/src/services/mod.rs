@@ -29,3 +29,16 @@ pub async fn linearizable(ctx: &ReplicaContext) -> Result<(), NodeError> {
     ctx.raft.ensure_linearizable().await?;
     Ok(())
 }
+
+/// The leader runtime of the current term, after confirming leadership with a quorum: calls
+/// that act through the job drivers (triggers, runtime views) start here.
+pub async fn leader_runtime(
+    ctx: &ReplicaContext,
+    leader: &crate::leader::LeaderHandle,
+) -> Result<crate::leader::TermHandle, NodeError> {
+    linearizable(ctx).await?;
+    // Leading but the runtime for the term is not up yet (or just went down): retry.
+    let not_up =
+        NodeError::NotLeader(cairn_proto::leader_hint::LeaderHint { leader_id: None, leader_addr: None });
+    leader.current().ok_or(not_up)
+}

@@ -11,7 +11,7 @@ use cairn_raft::model::{Command, JobId, JobRecord, JobSpec, Outcome};
 use crate::checkpoint::TriggerKind;
 use tonic::{Request, Response, Status};
 
-use super::{linearizable, propose};
+use super::{leader_runtime, linearizable, propose};
 use crate::error::NodeError;
 use crate::node::ReplicaContext;
 
@@ -158,13 +158,7 @@ impl Store for StoreService {
                     TriggerKind::Savepoint { target_dir, sync: true, drain: req.drain }
                 }
             };
-            linearizable(&self.ctx).await?;
-            let term = self.leader.current().ok_or_else(|| {
-                NodeError::NotLeader(cairn_proto::leader_hint::LeaderHint {
-                    leader_id: None,
-                    leader_addr: None,
-                })
-            })?;
+            let term = leader_runtime(&self.ctx, &self.leader).await?;
             let done =
                 term.trigger(job, kind).await.map_err(|s| NodeError::Stopped(s.message().to_owned()))?;
             let success = done.map_err(NodeError::FailedPrecondition)?;

@@ -15,12 +15,13 @@ use tokio::net::TcpListener;
 
 use crate::wait;
 
-/// Raft timing for tests: fast failover, with enough slack for a loaded 2-core machine.
+/// Raft timing for tests: fast failover, with enough slack (8 heartbeats per election timeout) that
+/// a loaded 2-core machine running many clusters at once does not see spurious elections.
 pub fn test_timing() -> RaftTiming {
     RaftTiming {
         heartbeat_interval: Duration::from_millis(100),
-        election_timeout_min: Duration::from_millis(600),
-        election_timeout_max: Duration::from_millis(1200),
+        election_timeout_min: Duration::from_millis(800),
+        election_timeout_max: Duration::from_millis(1600),
         ..RaftTiming::default()
     }
 }

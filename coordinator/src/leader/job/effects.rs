@@ -4,25 +4,38 @@
 use super::*;
 
 impl JobDriver {
-    pub(super) fn command(&self, lease: &WorkerLease, attempt: u32, tasks: Vec<(String, u32)>, body: ToTask) {
+    /// Sends a command to the tasks of `attempt` on the leased worker; `false` when it could not
+    /// be handed to the worker's stream (closed or full).
+    pub(super) fn command(
+        &self,
+        lease: &WorkerLease,
+        attempt: u32,
+        tasks: Vec<(String, u32)>,
+        body: ToTask,
+    ) -> bool {
         let cmd = TaskCommand { job_id: self.job.to_string(), attempt, tasks, body };
         match serde_json::to_vec(&cmd) {
             Ok(json) => {
-                if lease
+                let sent = lease
                     .outbox
                     .try_send(self.term.leader_message(leader_message::Body::CommandJson(json)))
-                    .is_err()
-                {
+                    .is_ok();
+                if !sent {
                     tracing::warn!(job = %self.job, worker = %lease.worker_id, "worker outbox full or closed: command dropped");
                 }
+                sent
             }
-            Err(e) => tracing::error!(job = %self.job, error = %e, "cannot encode a task command"),
+            Err(e) => {
+                tracing::error!(job = %self.job, error = %e, "cannot encode a task command");
+                false
+            }
         }
     }
 
-    /// Sends `body` to the given core attempts (all of the current deployment).
-    pub(super) fn to_tasks(&self, attempts: &[TaskAttemptId], body: ToTask) {
-        let Some(d) = &self.deployed else { return };
+    /// Sends `body` to the given core attempts (all of the current deployment); `false` when the
+    /// message could not be handed to the worker's stream.
+    pub(super) fn to_tasks(&self, attempts: &[TaskAttemptId], body: ToTask) -> bool {
+        let Some(d) = &self.deployed else { return false };
         let mut addressed = Vec::new();
         for a in attempts {
             let (attempt, index) = split_attempt(*a);
@@ -34,12 +47,12 @@ impl JobDriver {
             }
         }
         if addressed.is_empty() {
-            return;
+            return true;
         }
         if addressed.len() == self.tasks.len() {
             addressed.clear();
         }
-        self.command(&d.lease, d.attempt, addressed, body);
+        self.command(&d.lease, d.attempt, addressed, body)
     }
 
     pub(super) fn feed(&mut self, event: Event) {
@@ -124,6 +137,15 @@ impl JobDriver {
                     self.release_worker();
                 }
             }
+            Internal::Resync { checkpoint_id } => {
+                if self.phase == Phase::Running
+                    && self.core.as_ref().is_some_and(|c| c.pending_ids().contains(&checkpoint_id))
+                {
+                    tracing::info!(job = %self.job, checkpoint = checkpoint_id, "trigger undeliverable: aborting pending checkpoints");
+                    self.feed(Event::StopScheduler);
+                    self.feed(Event::StartScheduler);
+                }
+            }
             Internal::StatusCommitted { status, result } => match result {
                 Ok(()) => {
                     if status.is_terminal() {
@@ -156,14 +178,17 @@ impl JobDriver {
                 });
             }
             Action::TriggerTasks { checkpoint_id, timestamp_ms, options, tasks } => {
-                self.to_tasks(
-                    &tasks,
-                    ToTask::TriggerCheckpoint {
-                        checkpoint_id,
-                        timestamp_ms,
-                        options: task_options(&options),
-                    },
-                );
+                let body = ToTask::TriggerCheckpoint {
+                    checkpoint_id,
+                    timestamp_ms,
+                    options: task_options(&options),
+                };
+                if !self.to_tasks(&tasks, body) {
+                    // The worker's stream broke (it is reconnecting, or lost): this checkpoint
+                    // cannot complete. Abort it now rather than let it expire and count as a
+                    // failure; the periodic trigger continues once the worker is back.
+                    let _ = self.self_tx.try_send(JobInput::Internal(Internal::Resync { checkpoint_id }));
+                }
             }
             Action::ScheduleTrigger { at, token } => self.trigger_timer = Some((at, token)),
             Action::CancelTrigger => self.trigger_timer = None,

@@ -91,9 +91,22 @@ pub(crate) enum JobInput {
 
 pub(crate) enum Internal {
     Core(Event),
-    Prepared { generation: u64, result: Box<Result<Prepared, String>> },
-    Leased { generation: u64, lease: Option<WorkerLease> },
-    StatusCommitted { status: JobStatus, result: Result<(), String> },
+    Prepared {
+        generation: u64,
+        result: Box<Result<Prepared, String>>,
+    },
+    Leased {
+        generation: u64,
+        lease: Option<WorkerLease>,
+    },
+    StatusCommitted {
+        status: JobStatus,
+        result: Result<(), String>,
+    },
+    /// A trigger could not reach the worker: abort what is pending and re-arm the timer.
+    Resync {
+        checkpoint_id: u64,
+    },
 }
 
 /// Handle of a job driver.

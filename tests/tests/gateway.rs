@@ -214,6 +214,10 @@ async fn leader_stopped_between_ack_and_completion() -> anyhow::Result<()> {
     }
     let old = cluster.wait_leader(T).await?;
     cluster.stop(old).await;
+    // The stopped replica's port is free for anyone (another test's cluster may take it): only
+    // dial the replicas that still run.
+    let addrs: Vec<String> =
+        cluster.addrs.iter().filter(|(id, _)| **id != old).map(|(_, a)| a.to_string()).collect();
     // Drain what the old leader sent before it stopped.
     let mut notified_by_old = false;
     while let Ok(m) = w.next(Duration::from_millis(500)).await {

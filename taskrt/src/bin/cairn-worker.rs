@@ -84,8 +84,9 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
 }
 
 async fn serve(config: WorkerConfig) -> anyhow::Result<()> {
-    let mut worker = Worker::start(config)?;
+    // Handlers first: a SIGTERM that arrives while the worker starts must still stop it cleanly.
     let mut signals = Signals::install()?;
+    let mut worker = Worker::start(config)?;
     let stopped_on_its_own = tokio::select! {
         signal = signals.next() => {
             tracing::info!(signal, "shutting down");

@@ -70,6 +70,7 @@ pub mod operator;
 pub mod protocol;
 pub mod registry;
 pub mod runtime;
+pub mod shutdown;
 pub mod state;
 pub mod task;
 pub mod testkit;

@@ -18,6 +18,7 @@ use cairn_coordinator::node::Replica;
 use cairn_taskrt::demo::DemoJob;
 use cairn_taskrt::demo::source::SourceConfig;
 use cairn_taskrt::demo::verify::{Expectation, verify_output};
+use cairn_taskrt::shutdown::ShutdownSignals;
 use cairn_taskrt::worker::{Worker, WorkerConfig};
 use clap::Parser;
 use tonic::Code;
@@ -50,17 +51,6 @@ struct Args {
     log: String,
 }
 
-async fn signal() -> anyhow::Result<()> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate())?;
-    let mut int = signal(SignalKind::interrupt())?;
-    tokio::select! {
-        _ = term.recv() => {},
-        _ = int.recv() => {},
-    }
-    Ok(())
-}
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
@@ -68,6 +58,8 @@ async fn main() -> anyhow::Result<()> {
         .with_context(|| format!("--log {:?} is not a valid filter", args.log))?;
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
 
+    // Handlers first: Ctrl-C during start-up still stops everything cleanly.
+    let mut signals = ShutdownSignals::install().context("installing the SIGTERM/SIGINT handlers")?;
     let root = std::path::absolute(&args.data_dir)?;
     std::fs::create_dir_all(&root).with_context(|| format!("cannot create {}", root.display()))?;
     let checkpoints = root.join("checkpoints");
@@ -125,11 +117,10 @@ async fn main() -> anyhow::Result<()> {
 
     let stop = async {
         match args.duration {
-            Some(d) => {
-                tokio::time::sleep(d).await;
-                Ok(())
+            Some(d) => tokio::time::sleep(d).await,
+            None => {
+                signals.next().await;
             }
-            None => signal().await,
         }
     };
     tokio::pin!(stop);
@@ -137,7 +128,7 @@ async fn main() -> anyhow::Result<()> {
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     loop {
         tokio::select! {
-            r = &mut stop => { r?; break; }
+            _ = &mut stop => break,
             _ = tick.tick() => {
                 if let Err(e) = report(&mut client, &mut seen).await {
                     eprintln!("cairn-demo: {e}");

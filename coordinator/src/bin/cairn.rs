@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::Context;
 use cairn_coordinator::config::{NodeConfig, parse_peers};
 use cairn_coordinator::node::Replica;
+use cairn_taskrt::shutdown::ShutdownSignals;
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
@@ -146,30 +147,6 @@ fn init_logging(cli: &Cli) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// SIGTERM and SIGINT, installed before anything starts so that an early signal still stops the
-/// replica cleanly.
-struct ShutdownSignals {
-    term: tokio::signal::unix::Signal,
-    int: tokio::signal::unix::Signal,
-}
-
-impl ShutdownSignals {
-    fn install() -> anyhow::Result<Self> {
-        use tokio::signal::unix::{SignalKind, signal};
-        Ok(Self {
-            term: signal(SignalKind::terminate()).context("installing the SIGTERM handler")?,
-            int: signal(SignalKind::interrupt()).context("installing the SIGINT handler")?,
-        })
-    }
-
-    async fn next(&mut self) -> &'static str {
-        tokio::select! {
-            _ = self.term.recv() => "SIGTERM",
-            _ = self.int.recv() => "SIGINT",
-        }
-    }
-}
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
@@ -179,7 +156,7 @@ async fn main() -> anyhow::Result<()> {
         return Ok(());
     }
     init_logging(&cli)?;
-    let mut signals = ShutdownSignals::install()?;
+    let mut signals = ShutdownSignals::install().context("installing the SIGTERM/SIGINT handlers")?;
     let listener = tokio::net::TcpListener::bind(&config.listen)
         .await
         .with_context(|| format!("cannot listen on {} (is another replica running there?)", config.listen))?;

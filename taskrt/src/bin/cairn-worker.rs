@@ -10,6 +10,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use cairn_taskrt::demo::verify::{Expectation, verify_output};
+use cairn_taskrt::shutdown::ShutdownSignals;
 use cairn_taskrt::worker::{LogFormat, RunArgs, Worker, WorkerConfig};
 use clap::{Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
@@ -85,7 +86,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
 
 async fn serve(config: WorkerConfig) -> anyhow::Result<()> {
     // Handlers first: a SIGTERM that arrives while the worker starts must still stop it cleanly.
-    let mut signals = Signals::install()?;
+    let mut signals = ShutdownSignals::install().context("installing the SIGTERM/SIGINT handlers")?;
     let mut worker = Worker::start(config)?;
     let stopped_on_its_own = tokio::select! {
         signal = signals.next() => {
@@ -99,28 +100,6 @@ async fn serve(config: WorkerConfig) -> anyhow::Result<()> {
         anyhow::bail!("the worker stopped unexpectedly (see the log)");
     }
     Ok(())
-}
-
-struct Signals {
-    term: tokio::signal::unix::Signal,
-    int: tokio::signal::unix::Signal,
-}
-
-impl Signals {
-    fn install() -> anyhow::Result<Self> {
-        use tokio::signal::unix::{SignalKind, signal};
-        Ok(Self {
-            term: signal(SignalKind::terminate()).context("installing the SIGTERM handler")?,
-            int: signal(SignalKind::interrupt()).context("installing the SIGINT handler")?,
-        })
-    }
-
-    async fn next(&mut self) -> &'static str {
-        tokio::select! {
-            _ = self.term.recv() => "SIGTERM",
-            _ = self.int.recv() => "SIGINT",
-        }
-    }
 }
 
 fn init_logging(filter: &str, format: LogFormat) -> anyhow::Result<()> {

@@ -15,3 +15,9 @@ pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("cair
 pub mod v1 {
     tonic::include_proto!("cairn.v1");
 }
+
+/// Generated code for package `cairn.admin.v1`, the operator API.
+#[allow(clippy::all, missing_docs)]
+pub mod admin {
+    tonic::include_proto!("cairn.admin.v1");
+}

@@ -35,6 +35,8 @@ pub enum ClientError {
     NoLeader { what: &'static str, deadline: Duration, last: String },
     #[error("{what}: {status}")]
     Rejected { what: &'static str, status: Status },
+    #[error("invalid admin token: {reason}")]
+    BadToken { reason: String },
 }
 
 impl ClientError {
@@ -56,6 +58,8 @@ pub struct ClientConfig {
     pub attempt_timeout: Duration,
     pub backoff_min: Duration,
     pub backoff_max: Duration,
+    /// The cluster's admin token, sent as `authorization: Bearer <token>` on every call.
+    pub token: Option<String>,
 }
 
 impl Default for ClientConfig {
@@ -65,9 +69,41 @@ impl Default for ClientConfig {
             attempt_timeout: Duration::from_secs(5),
             backoff_min: Duration::from_millis(20),
             backoff_max: Duration::from_millis(500),
+            token: None,
         }
     }
 }
+
+/// Adds `authorization: Bearer <token>` to every request (nothing when no token is set).
+#[derive(Clone)]
+pub struct BearerAuth {
+    header: Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>,
+}
+
+impl BearerAuth {
+    pub fn new(token: Option<&str>) -> Result<Self, ClientError> {
+        let header = token
+            .map(|t| {
+                format!("Bearer {t}").parse().map_err(|_| ClientError::BadToken {
+                    reason: "it must be printable ASCII without line breaks".into(),
+                })
+            })
+            .transpose()?;
+        Ok(Self { header })
+    }
+}
+
+impl tonic::service::Interceptor for BearerAuth {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, Status> {
+        if let Some(h) = &self.header {
+            req.metadata_mut().insert("authorization", h.clone());
+        }
+        Ok(req)
+    }
+}
+
+/// A channel that carries the admin token.
+pub type AuthChannel = tonic::service::interceptor::InterceptedService<Channel, BearerAuth>;
 
 /// Leader-following client of the replica services.
 #[derive(Clone)]
@@ -77,6 +113,7 @@ pub struct LeaderClient {
     current: usize,
     channels: HashMap<String, Channel>,
     config: ClientConfig,
+    auth: BearerAuth,
 }
 
 fn normalize(endpoint: &str) -> String {
@@ -92,7 +129,8 @@ impl LeaderClient {
         if endpoints.is_empty() {
             return Err(ClientError::NoEndpoints);
         }
-        let mut client = Self { endpoints, current: 0, channels: HashMap::new(), config };
+        let auth = BearerAuth::new(config.token.as_deref())?;
+        let mut client = Self { endpoints, current: 0, channels: HashMap::new(), config, auth };
         for e in client.endpoints.clone() {
             client.channel(&e)?;
         }
@@ -140,7 +178,7 @@ impl LeaderClient {
     /// Runs `f` against the leader, following redirects and retrying transient failures.
     pub async fn call<T, F, Fut>(&mut self, what: &'static str, mut f: F) -> Result<T, ClientError>
     where
-        F: FnMut(Channel) -> Fut,
+        F: FnMut(AuthChannel) -> Fut,
         Fut: Future<Output = Result<T, Status>>,
     {
         let deadline = Instant::now() + self.config.deadline;
@@ -148,7 +186,7 @@ impl LeaderClient {
         let mut last;
         loop {
             let addr = self.endpoints[self.current].clone();
-            let ch = self.channel(&addr)?;
+            let ch = AuthChannel::new(self.channel(&addr)?, self.auth.clone());
             let outcome = tokio::time::timeout(self.config.attempt_timeout, f(ch)).await;
             let mut immediate = false;
             match outcome {

@@ -1,5 +1,7 @@
 //! `cairn-tests`: harnesses for testing Cairn as a whole.
 //!
+//! - [`chaos`]: the container chaos suite behind `cairn-chaos` (schedule, nemesis, history,
+//!   invariants, report).
 //! - [`wait`]: bounded polling for a condition (tests never sleep to assert).
 //! - [`inproc`]: several replicas in one process, each on its own port-0 listener and temp dir,
 //!   stoppable and restartable from their data directories.
@@ -8,6 +10,7 @@
 //!
 //! The test suites live in `tests/tests/`; the benchmarks in `tests/src/bin/`.
 
+pub mod chaos;
 pub mod inproc;
 pub mod procs;
 pub mod scripted;

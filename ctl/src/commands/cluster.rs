@@ -1,0 +1,70 @@
+//! `cairnctl cluster ...`: status, membership changes, leadership transfer.
+
+use cairn_proto::admin::admin_client::AdminClient;
+use cairn_proto::admin::{AddLearnerRequest, ClusterStatusRequest, NodeRequest, TransferLeadershipRequest};
+
+use super::Ctx;
+use crate::cli::ClusterCmd;
+use crate::client::Wait;
+use crate::errors::CtlError;
+use crate::output;
+
+pub async fn run(ctx: &mut Ctx<'_>, cmd: ClusterCmd) -> Result<(), CtlError> {
+    let request_id = ctx.request_id.clone();
+    match cmd {
+        ClusterCmd::Status => {
+            let reply = ctx
+                .session
+                .call("cluster status", Wait::Quick, |ch| async move {
+                    Ok(AdminClient::new(ch).cluster_status(ClusterStatusRequest {}).await?.into_inner())
+                })
+                .await?;
+            ctx.emit(&reply, output::cluster_status)
+        }
+        ClusterCmd::AddLearner { id, addr } => {
+            let req = AddLearnerRequest { node_id: id, addr: addr.clone(), request_id };
+            let reply = ctx
+                .session
+                .call("add learner", Wait::Long, |ch| {
+                    let req = req.clone();
+                    async move { Ok(AdminClient::new(ch).add_learner(req).await?.into_inner()) }
+                })
+                .await?;
+            ctx.emit(&reply, |r| output::membership(&format!("node {id} ({addr}) added as a learner"), r))
+        }
+        ClusterCmd::Promote { id } => {
+            let req = NodeRequest { node_id: id, request_id };
+            let reply = ctx
+                .session
+                .call("promote learner", Wait::Long, |ch| {
+                    let req = req.clone();
+                    async move { Ok(AdminClient::new(ch).promote_learner(req).await?.into_inner()) }
+                })
+                .await?;
+            ctx.emit(&reply, |r| output::membership(&format!("node {id} is a voter"), r))
+        }
+        ClusterCmd::Remove { id } => {
+            let req = NodeRequest { node_id: id, request_id };
+            let reply = ctx
+                .session
+                .call("remove node", Wait::Long, |ch| {
+                    let req = req.clone();
+                    async move { Ok(AdminClient::new(ch).remove_node(req).await?.into_inner()) }
+                })
+                .await?;
+            ctx.emit(&reply, |r| output::membership(&format!("node {id} removed"), r))
+        }
+        ClusterCmd::TransferLeader { id } => {
+            // Let the server give up a little before this command does, so its answer arrives.
+            let timeout_ms = (ctx.session.remaining().as_millis() as u64).saturating_sub(500).max(1);
+            let req = TransferLeadershipRequest { to_node_id: id, timeout_ms };
+            let reply = ctx
+                .session
+                .call("transfer leadership", Wait::Long, |ch| async move {
+                    Ok(AdminClient::new(ch).transfer_leadership(req).await?.into_inner())
+                })
+                .await?;
+            ctx.emit(&reply, |r| format!("node {} leads (term {})\n", r.leader_id, r.term))
+        }
+    }
+}

@@ -52,7 +52,10 @@ pub fn default_timeout(cmd: &Command) -> Duration {
 pub async fn run(cli: Cli, out: &mut dyn Write) -> Result<(), CtlError> {
     let global = cli.global;
     if let Command::Completions { shell } = cli.command {
-        clap_complete::generate(shell, &mut Cli::command(), "cairnctl", out);
+        // Rendered into memory first: clap_complete panics when its writer fails (e.g. `| head`).
+        let mut script = Vec::new();
+        clap_complete::generate(shell, &mut Cli::command(), "cairnctl", &mut script);
+        out.write_all(&script)?;
         out.flush()?;
         return Ok(());
     }

@@ -19,6 +19,7 @@
 //! | [`state`] | keyed and list state, snapshot files (full / incremental, CRC-32), restore and rescaling |
 //! | [`runtime`] | deploying a job graph in-process ([`runtime::LocalJob`]) |
 //! | [`metrics`] | observable per-task counters and last checkpoint figures |
+//! | [`exporter`] | Prometheus metrics: the `/metrics` endpoint (shared with `cairn`), per-subtask checkpoint figures |
 //! | [`demo`] | the demo pipeline (sequence source → keyed counter → 2PC file sink) and its verifier |
 //! | [`testkit`] | a scripted coordinator for tests and benchmarks |
 //! | [`worker`] | the `cairn-worker run` process: leader following over the task gateway, sessions, the job host |
@@ -61,6 +62,7 @@ pub mod chain;
 pub mod checkpoint;
 pub mod demo;
 pub mod exchange;
+pub mod exporter;
 pub mod graph;
 pub mod keygroups;
 pub mod lifecycle;

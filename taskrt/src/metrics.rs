@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use cairn_storage::checkpoint::TaskCheckpointMetrics;
 use tokio::sync::watch;
 
+use crate::exporter::TaskSeries;
 use crate::lifecycle::TaskState;
 
 /// Monotonic counters of one task.
@@ -48,6 +49,16 @@ pub struct TaskObserver {
     pub(crate) counters: Arc<TaskCounters>,
     pub(crate) state: watch::Sender<TaskState>,
     pub(crate) last_ack: watch::Sender<Option<AckedCheckpoint>>,
+    /// Where the worker's `/metrics` reads this task's checkpoint figures, when it exports them.
+    pub(crate) export: Option<TaskSeries>,
+}
+
+impl TaskObserver {
+    /// Also records acknowledged and declined checkpoints into `series`.
+    pub fn exporting(mut self, series: Option<TaskSeries>) -> Self {
+        self.export = series;
+        self
+    }
 }
 
 /// Reader side: cheap to clone.
@@ -64,7 +75,7 @@ pub fn task_observer() -> (TaskObserver, TaskMonitor) {
     let (state_tx, state_rx) = watch::channel(TaskState::Created);
     let (ack_tx, ack_rx) = watch::channel(None);
     (
-        TaskObserver { counters: counters.clone(), state: state_tx, last_ack: ack_tx },
+        TaskObserver { counters: counters.clone(), state: state_tx, last_ack: ack_tx, export: None },
         TaskMonitor { counters, state: state_rx, last_ack: ack_rx },
     )
 }

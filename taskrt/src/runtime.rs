@@ -42,11 +42,20 @@ pub struct RuntimeOptions {
     pub report_capacity: usize,
     /// Incremental checkpoints (changed key groups only, in `shared/`).
     pub incremental: bool,
+    /// Where tasks record their checkpoint figures for the worker's `/metrics` (none: not
+    /// exported).
+    pub metrics: Option<crate::exporter::TaskMetrics>,
 }
 
 impl Default for RuntimeOptions {
     fn default() -> Self {
-        Self { channel_capacity: 1024, control_capacity: 64, report_capacity: 1024, incremental: false }
+        Self {
+            channel_capacity: 1024,
+            control_capacity: 64,
+            report_capacity: 1024,
+            incremental: false,
+            metrics: None,
+        }
     }
 }
 
@@ -193,6 +202,8 @@ impl LocalJob {
                 };
                 let task_link = link.connect(id.clone(), is_source);
                 let (observer, monitor) = task_observer();
+                let observer =
+                    observer.exporting(d.options.metrics.as_ref().map(|m| m.task(&d.job_id, &v.id, i)));
                 let key = (v.id.clone(), i);
                 let setup = TaskSetup {
                     id: id.clone(),

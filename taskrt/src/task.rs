@@ -342,6 +342,9 @@ impl Task {
     async fn decline(&mut self, checkpoint_id: u64, reason: DeclineReason) {
         tracing::info!(task = %self.id, checkpoint_id, reason = %reason, "declining checkpoint");
         TaskCounters::add(&self.counters().checkpoints_declined, 1);
+        if let Some(series) = &self.observer.export {
+            series.declined();
+        }
         self.report(TaskMessage::Decline { task: self.id.clone(), checkpoint_id, reason }).await;
     }
 
@@ -449,6 +452,9 @@ impl Task {
                 TaskCounters::add(&counters.bytes_persisted, written.bytes_persisted);
                 TaskCounters::add(&counters.checkpoints_acknowledged, 1);
                 self.observer.last_ack.send_replace(Some(AckedCheckpoint { checkpoint_id: id, metrics }));
+                if let Some(series) = &self.observer.export {
+                    series.acknowledged(id, &metrics);
+                }
                 tracing::debug!(task = %self.id, checkpoint_id = id, ?metrics, "acknowledging checkpoint");
                 self.report(TaskMessage::Acknowledge {
                     task: self.id.clone(),

@@ -7,12 +7,16 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use anyhow::Context;
 use cairn_taskrt::demo::verify::{Expectation, verify_output};
+use cairn_taskrt::exporter::{self, TaskMetrics};
+use cairn_taskrt::registry::OperatorRegistry;
 use cairn_taskrt::shutdown::ShutdownSignals;
 use cairn_taskrt::worker::{LogFormat, RunArgs, Worker, WorkerConfig};
 use clap::{Parser, Subcommand};
+use tokio::sync::oneshot;
 use tracing_subscriber::EnvFilter;
 
 #[derive(Debug, Parser)]
@@ -39,13 +43,13 @@ enum Command {
     /// Run tasks for the coordinator leader: attach to any replica, follow the leader, run the
     /// jobs it deploys here. Flags override the config file; each has a CAIRN_WORKER_*
     /// environment variable (flags win over the environment).
-    Run(RunArgs),
+    Run(Box<RunArgs>),
 }
 
 fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Verify { output, keys, records_per_key } => verify(&output, keys, records_per_key),
-        Command::Run(args) => match run(args) {
+        Command::Run(args) => match run(*args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("error: {e:#}");
@@ -87,7 +91,23 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
 async fn serve(config: WorkerConfig) -> anyhow::Result<()> {
     // Handlers first: a SIGTERM that arrives while the worker starts must still stop it cleanly.
     let mut signals = ShutdownSignals::install().context("installing the SIGTERM/SIGINT handlers")?;
-    let mut worker = Worker::start(config)?;
+    let metrics_listener = match &config.metrics_listen {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot serve metrics on {addr} (--metrics-listen)"))?,
+        ),
+        None => None,
+    };
+    let mut registry = exporter::new_registry();
+    let task_metrics = metrics_listener.as_ref().map(|_| TaskMetrics::register(&mut registry));
+    let mut worker = Worker::start_instrumented(config, OperatorRegistry::with_builtins(), task_metrics)?;
+    let (stop_metrics, metrics_stopped) = oneshot::channel::<()>();
+    let metrics_server = metrics_listener.map(|listener| {
+        tokio::spawn(exporter::serve(listener, Arc::new(registry), async move {
+            let _ = metrics_stopped.await;
+        }))
+    });
     let stopped_on_its_own = tokio::select! {
         signal = signals.next() => {
             tracing::info!(signal, "shutting down");
@@ -96,6 +116,12 @@ async fn serve(config: WorkerConfig) -> anyhow::Result<()> {
         _ = worker.stopped() => true,
     };
     worker.shutdown().await;
+    let _ = stop_metrics.send(());
+    if let Some(server) = metrics_server
+        && let Err(e) = server.await
+    {
+        tracing::warn!(error = %e, "the metrics endpoint failed");
+    }
     if stopped_on_its_own {
         anyhow::bail!("the worker stopped unexpectedly (see the log)");
     }

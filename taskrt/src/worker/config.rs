@@ -58,6 +58,8 @@ pub struct WorkerConfig {
     /// Log filter (tracing `EnvFilter` syntax), e.g. `info` or `cairn_taskrt=debug`.
     pub log: String,
     pub log_format: LogFormat,
+    /// `host:port` of the Prometheus `/metrics` endpoint; none when unset.
+    pub metrics_listen: Option<String>,
 }
 
 impl Default for WorkerConfig {
@@ -74,6 +76,7 @@ impl Default for WorkerConfig {
             snapshot_concurrency: 4,
             log: "info".to_owned(),
             log_format: LogFormat::Text,
+            metrics_listen: None,
         }
     }
 }
@@ -176,6 +179,14 @@ impl WorkerConfig {
         if self.snapshot_concurrency == 0 {
             return Err(invalid("snapshot_concurrency", "must be at least 1"));
         }
+        if let Some(addr) = &self.metrics_listen
+            && !is_host_port(addr)
+        {
+            return Err(invalid(
+                "metrics_listen",
+                format!("{addr:?} is not a host:port address (e.g. 127.0.0.1:9101), or leave it unset"),
+            ));
+        }
         Ok(())
     }
 }
@@ -221,6 +232,9 @@ pub struct RunArgs {
     /// Log format (default text).
     #[arg(long, env = "CAIRN_WORKER_LOG_FORMAT", value_enum)]
     pub log_format: Option<LogFormat>,
+    /// Serve Prometheus metrics on GET /metrics at this host:port (default: off).
+    #[arg(long, env = "CAIRN_WORKER_METRICS_LISTEN")]
+    pub metrics_listen: Option<String>,
     /// Print the effective configuration as TOML and exit.
     #[arg(long)]
     pub print_config: bool,
@@ -274,6 +288,9 @@ impl RunArgs {
         if let Some(v) = self.log_format {
             c.log_format = v;
         }
+        if let Some(v) = &self.metrics_listen {
+            c.metrics_listen = Some(v.trim().to_owned());
+        }
     }
 }
 
@@ -313,6 +330,22 @@ mod tests {
         c.slots = 1;
         c.reconnect_backoff_max = Duration::from_millis(1);
         assert!(c.validate().unwrap_err().to_string().starts_with("`reconnect_backoff_max`"));
+    }
+
+    #[test]
+    fn metrics_listen_is_optional_and_validated() {
+        let mut c = WorkerConfig::new(["a:1"]);
+        assert_eq!(c.metrics_listen, None);
+        let args = RunArgs { metrics_listen: Some(" 127.0.0.1:9101 ".into()), ..RunArgs::default() };
+        args.apply(&mut c);
+        assert_eq!(c.metrics_listen.as_deref(), Some("127.0.0.1:9101"));
+        c.validate().unwrap();
+        c.metrics_listen = Some("9101".into());
+        let err = c.validate().unwrap_err().to_string();
+        assert!(err.starts_with("`metrics_listen`") && err.contains("host:port"), "{err}");
+        let file: WorkerConfig =
+            toml::from_str("coordinators = [\"a:1\"]\nmetrics_listen = \"0.0.0.0:9101\"").unwrap();
+        assert_eq!(file.metrics_listen.as_deref(), Some("0.0.0.0:9101"));
     }
 
     #[test]

@@ -47,6 +47,7 @@ pub use deploy::DeploymentError;
 pub use session::SessionError;
 
 use crate::checkpoint::pool::SnapshotPool;
+use crate::exporter::TaskMetrics;
 use crate::protocol::{TaskAttemptId, TaskStatus, TermFence};
 use crate::registry::OperatorRegistry;
 use crate::runtime::RuntimeOptions;
@@ -144,6 +145,16 @@ impl Worker {
         config: WorkerConfig,
         registry: OperatorRegistry,
     ) -> Result<WorkerHandle, WorkerError> {
+        Self::start_instrumented(config, registry, None)
+    }
+
+    /// Starts a worker whose tasks record their checkpoint figures into `metrics` (the families
+    /// the process serves on `/metrics`), when given.
+    pub fn start_instrumented(
+        config: WorkerConfig,
+        registry: OperatorRegistry,
+        metrics: Option<TaskMetrics>,
+    ) -> Result<WorkerHandle, WorkerError> {
         config.validate()?;
         let worker_id = config.effective_worker_id();
         let (host_tx, host_rx) = mpsc::channel(host::COMMAND_CAPACITY);
@@ -154,7 +165,7 @@ impl Worker {
             host::HostSettings {
                 slots: config.slots,
                 cancel_timeout: config.cancel_timeout,
-                runtime: RuntimeOptions::default(),
+                runtime: RuntimeOptions { metrics, ..RuntimeOptions::default() },
             },
             Arc::new(registry),
             SnapshotPool::new(config.snapshot_concurrency),

@@ -111,6 +111,8 @@ pub struct NodeConfig {
     pub checkpoint_dir: Option<PathBuf>,
     /// Deploy jobs with incremental keyed-state checkpoints (only changed key groups are written).
     pub incremental_checkpoints: bool,
+    /// `host:port` of the Prometheus `/metrics` endpoint; none when unset.
+    pub metrics_listen: Option<String>,
     pub raft: RaftTiming,
     pub workers: WorkerTiming,
 }
@@ -125,6 +127,7 @@ impl Default for NodeConfig {
             peers: Vec::new(),
             checkpoint_dir: None,
             incremental_checkpoints: false,
+            metrics_listen: None,
             raft: RaftTiming::default(),
             workers: WorkerTiming::default(),
         }
@@ -192,6 +195,9 @@ impl NodeConfig {
             .parse::<SocketAddr>()
             .map_err(|e| invalid("listen", format!("{:?} is not an ip:port address ({e})", self.listen)))?;
         check_host_port("advertise", self.advertise_addr())?;
+        if let Some(addr) = &self.metrics_listen {
+            check_host_port("metrics_listen", addr)?;
+        }
         if self.data_dir.as_ref().is_some_and(|d| d.as_os_str().is_empty()) {
             return Err(invalid("data_dir", "must not be empty"));
         }
@@ -324,6 +330,16 @@ mod tests {
         c.raft = RaftTiming::default();
         c.peers = parse_peers("1=a:1,1=b:2").unwrap();
         assert!(c.validate().unwrap_err().to_string().contains("listed twice"));
+    }
+
+    #[test]
+    fn metrics_listen_is_off_by_default_and_validated() {
+        assert_eq!(NodeConfig::default().metrics_listen, None);
+        let c: NodeConfig = toml::from_str("metrics_listen = \"0.0.0.0:9100\"").unwrap();
+        assert_eq!(c.metrics_listen.as_deref(), Some("0.0.0.0:9100"));
+        let bad = NodeConfig { metrics_listen: Some("9100".into()), ..Default::default() };
+        let err = bad.validate().unwrap_err().to_string();
+        assert!(err.starts_with("`metrics_listen`") && err.contains("host:port"), "{err}");
     }
 
     #[test]

@@ -8,6 +8,7 @@
 //! - [`checkpoint`]: the checkpoint coordinator core (pure rules).
 //! - [`leader`]: what runs on the leader: worker registry, job drivers (deploy, restart,
 //!   failover, checkpoint actions); [`gateway`]: the task gateway service workers attach to.
+//! - [`metrics`]: the replica's Prometheus metrics (Raft health, per-job checkpoint figures).
 
 pub mod checkpoint;
 pub mod client;
@@ -15,5 +16,6 @@ pub mod config;
 pub mod error;
 pub mod gateway;
 pub mod leader;
+pub mod metrics;
 pub mod node;
 pub mod services;

@@ -76,6 +76,7 @@ impl InProcCluster {
             peers: self.peers.clone(),
             checkpoint_dir: Some(self.checkpoint_dir()),
             incremental_checkpoints: false,
+            metrics_listen: None,
             raft: self.timing.clone(),
             workers: test_worker_timing(),
         })

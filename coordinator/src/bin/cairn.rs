@@ -58,6 +58,9 @@ struct Cli {
     /// Deploy jobs with incremental keyed-state checkpoints.
     #[arg(long, env = "CAIRN_INCREMENTAL_CHECKPOINTS")]
     incremental_checkpoints: bool,
+    /// Serve Prometheus metrics on GET /metrics at this host:port (default: off).
+    #[arg(long, env = "CAIRN_METRICS_LISTEN")]
+    metrics_listen: Option<String>,
     /// Heartbeat interval on the task gateway, e.g. `500ms`.
     #[arg(long, env = "CAIRN_WORKER_HEARTBEAT_INTERVAL", value_parser = humantime::parse_duration)]
     worker_heartbeat_interval: Option<Duration>,
@@ -122,6 +125,9 @@ fn build_config(cli: &Cli) -> anyhow::Result<NodeConfig> {
     if cli.incremental_checkpoints {
         c.incremental_checkpoints = true;
     }
+    if let Some(v) = &cli.metrics_listen {
+        c.metrics_listen = Some(v.trim().to_owned());
+    }
     if let Some(v) = cli.worker_heartbeat_interval {
         c.workers.heartbeat_interval = v;
     }
@@ -160,9 +166,29 @@ async fn main() -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(&config.listen)
         .await
         .with_context(|| format!("cannot listen on {} (is another replica running there?)", config.listen))?;
+    let metrics_listener = match &config.metrics_listen {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot serve metrics on {addr} (--metrics-listen)"))?,
+        ),
+        None => None,
+    };
     let replica = Replica::start(config, listener).await?;
+    let (stop_metrics, metrics_stopped) = tokio::sync::oneshot::channel::<()>();
+    let metrics_server = metrics_listener.map(|listener| {
+        tokio::spawn(cairn_taskrt::exporter::serve(listener, replica.metrics_registry(), async move {
+            let _ = metrics_stopped.await;
+        }))
+    });
     let signal = signals.next().await;
     tracing::info!(signal, "shutting down");
+    let _ = stop_metrics.send(());
     replica.shutdown().await;
+    if let Some(server) = metrics_server
+        && let Err(e) = server.await
+    {
+        tracing::warn!(error = %e, "the metrics endpoint failed");
+    }
     Ok(())
 }

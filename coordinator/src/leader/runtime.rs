@@ -248,6 +248,7 @@ impl Runtime {
             }
         }
         tracing::info!(term, "stopping the coordinator runtime");
+        self.ctx.telemetry.set_registered_workers(0);
         for job in self.jobs.values() {
             job.send_now(JobInput::Stop);
         }
@@ -319,6 +320,7 @@ impl Runtime {
             .collect();
         for id in lost {
             self.workers.remove(&id);
+            self.ctx.telemetry.set_registered_workers(self.workers.len());
             tracing::warn!(worker = %id, timeout = ?timeout, "worker lost: no heartbeat");
             self.worker_lost(&id).await;
         }
@@ -467,6 +469,7 @@ impl Runtime {
                 connected: true,
             },
         );
+        self.ctx.telemetry.set_registered_workers(self.workers.len());
         tracing::info!(worker = %info.worker_id, session, slots = info.slots, tasks = info.tasks.len(), term = self.handle.term, "worker attached");
         // Hand each job the tasks of it that the worker runs; tell the worker to cancel tasks of
         // jobs this leader does not run.

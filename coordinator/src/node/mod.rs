@@ -22,6 +22,7 @@ use tokio_stream::wrappers::TcpListenerStream;
 use crate::config::NodeConfig;
 use crate::gateway::GatewayService;
 use crate::leader::{LeaderHandle, LeaderOptions, LeaderSupervisor};
+use crate::metrics::ReplicaMetrics;
 use crate::services::{ClusterService, StoreService};
 
 /// Why a replica could not start.
@@ -47,6 +48,8 @@ pub struct ReplicaContext {
     /// Read access to the applied replicated state (serve reads after `ensure_linearizable`).
     pub reader: StateReader,
     pub advertise: Arc<str>,
+    /// This replica's Prometheus metrics (served on `/metrics` by the binary when configured).
+    pub telemetry: ReplicaMetrics,
 }
 
 impl ReplicaContext {
@@ -67,6 +70,8 @@ pub struct Replica {
     leader: LeaderHandle,
     /// Reports NOT_SERVING while shutting down.
     health: tonic_health::server::HealthReporter,
+    /// Follows Raft's metrics into the Raft gauges.
+    raft_gauges: JoinHandle<()>,
 }
 
 /// Largest gRPC message a replica accepts (Raft batches and snapshot chunks stay well below).
@@ -91,7 +96,10 @@ impl Replica {
             raft: raft.clone(),
             reader,
             advertise: Arc::from(config.advertise_addr()),
+            telemetry: ReplicaMetrics::new(),
         };
+        let raft_gauges =
+            tokio::spawn(crate::metrics::raft::follow_raft(raft.clone(), ctx.telemetry.raft.clone()));
         // `_metadata` paths are stored in Raft and read by every replica and worker: make the
         // root absolute so it does not depend on the working directory of whoever reads it.
         let checkpoint_dir =
@@ -124,7 +132,7 @@ impl Replica {
             }));
         let bootstrap = tokio::spawn(bootstrap::run(config.clone(), raft.clone()));
         tracing::info!(node_id = config.node_id, %addr, data_dir = %data_dir.display(), "replica started");
-        Ok(Self { ctx, addr, stop, server, bootstrap, supervisor, leader, health })
+        Ok(Self { ctx, addr, stop, server, bootstrap, supervisor, leader, health, raft_gauges })
     }
 
     pub fn context(&self) -> &ReplicaContext {
@@ -142,6 +150,11 @@ impl Replica {
 
     pub fn id(&self) -> NodeId {
         self.ctx.id
+    }
+
+    /// This replica's metrics registry, to serve on `/metrics`.
+    pub fn metrics_registry(&self) -> Arc<cairn_taskrt::exporter::Registry> {
+        self.ctx.telemetry.registry()
     }
 
     /// The address the gRPC server is bound to.
@@ -167,6 +180,8 @@ impl Replica {
             Err(e) => tracing::warn!(node_id = self.ctx.id, error = %e, "grpc server task failed"),
         }
         let _ = self.bootstrap.await;
+        self.raft_gauges.abort();
+        let _ = self.raft_gauges.await;
         tracing::info!(node_id = self.ctx.id, "replica stopped");
     }
 }

@@ -17,7 +17,9 @@ use crate::node::ReplicaContext;
 /// it was committed at; a rejected command comes back as [`NodeError::Command`].
 pub async fn propose(ctx: &ReplicaContext, cmd: Command) -> Result<(Outcome, LogId), NodeError> {
     let name = cmd.name();
+    let started = tokio::time::Instant::now();
     let resp = ctx.raft.client_write(cmd).await?;
+    ctx.telemetry.observe_proposal(started.elapsed());
     tracing::debug!(command = name, log_id = %resp.log_id, "command applied");
     let outcome = resp.data.0?;
     Ok((outcome, resp.log_id))

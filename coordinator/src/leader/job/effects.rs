@@ -59,6 +59,7 @@ impl JobDriver {
         let actions = self.feed_collect(event);
         self.execute_all(actions);
         self.record_stats();
+        self.publish_metrics();
     }
 
     /// Writes the statistics summary through Raft when the counts changed, at most once per

@@ -21,11 +21,13 @@
 //! | `reattach` | tasks re-attaching after a leader change |
 //! | `reports` | task reports and trigger requests |
 //! | `effects` | feeding the core and carrying out its actions |
+//! | `export` | publishing the job's checkpoint figures to the replica's metrics |
 //! | `prepare` | reading the restore point and allocating an attempt |
 //! | [`tasks`] | the graph's subtasks and the attempt-id mapping |
 
 mod deploy;
 mod effects;
+mod export;
 mod prepare;
 mod reattach;
 mod reports;
@@ -199,6 +201,8 @@ pub(crate) struct JobDriver {
     recorded_counts: Option<crate::checkpoint::stats::CheckpointCounts>,
     recorded_at: Option<Instant>,
     io: JoinSet<()>,
+    /// The job's series on `/metrics`; dropping the driver removes them.
+    series: crate::metrics::JobSeries,
 }
 
 /// The statistics summary a previous leader recorded, if it decodes.
@@ -225,6 +229,7 @@ impl JobDriver {
         reattach: bool,
     ) -> (Self, JobHandle) {
         let (tx, rx) = mpsc::channel(1024);
+        let series = ctx.telemetry.job(&job.to_string());
         let driver = Self {
             ctx,
             options,
@@ -250,6 +255,7 @@ impl JobDriver {
             recorded_counts: None,
             recorded_at: None,
             io: JoinSet::new(),
+            series,
         };
         (driver, JobHandle { tx })
     }
@@ -286,6 +292,7 @@ impl JobDriver {
             return;
         };
         self.max_allocated = record.next_checkpoint_id.saturating_sub(1);
+        self.seed_metrics(&record);
         match graph_of(&record, &cairn_taskrt::registry::OperatorRegistry::with_builtins()) {
             Ok((_, tasks)) => self.tasks = tasks,
             Err(e) => {

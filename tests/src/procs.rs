@@ -65,6 +65,8 @@ pub fn free_port() -> anyhow::Result<u16> {
 pub struct CairnProcess {
     pub id: u64,
     pub addr: String,
+    /// Where the process serves `/metrics` (`--metrics-listen`), when it does.
+    pub metrics_addr: Option<String>,
     child: Option<Child>,
 }
 
@@ -143,6 +145,16 @@ pub struct ProcCluster {
 impl ProcCluster {
     /// Starts `n` replicas with the given extra flags (e.g. timing).
     pub fn start(n: u64, extra_args: &[&str]) -> anyhow::Result<Self> {
+        Self::start_with(n, extra_args, false)
+    }
+
+    /// Like [`ProcCluster::start`], every replica also serving `/metrics` on a free port of its
+    /// own ([`CairnProcess::metrics_addr`]).
+    pub fn start_with_metrics(n: u64, extra_args: &[&str]) -> anyhow::Result<Self> {
+        Self::start_with(n, extra_args, true)
+    }
+
+    fn start_with(n: u64, extra_args: &[&str], metrics: bool) -> anyhow::Result<Self> {
         let binary = binary("cairn")?;
         let root = tempfile::tempdir()?;
         let mut addrs = BTreeMap::new();
@@ -150,8 +162,10 @@ impl ProcCluster {
             addrs.insert(id, format!("127.0.0.1:{}", free_port()?));
         }
         let peers = addrs.iter().map(|(id, a)| format!("{id}={a}")).collect::<Vec<_>>().join(",");
-        let nodes =
-            addrs.into_iter().map(|(id, addr)| (id, CairnProcess { id, addr, child: None })).collect();
+        let nodes = addrs
+            .into_iter()
+            .map(|(id, addr)| (id, CairnProcess { id, addr, metrics_addr: None, child: None }))
+            .collect();
         let mut c = Self {
             root,
             binary,
@@ -160,6 +174,11 @@ impl ProcCluster {
             workers: BTreeMap::new(),
             extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
         };
+        if metrics {
+            for node in c.nodes.values_mut() {
+                node.metrics_addr = Some(format!("127.0.0.1:{}", free_port()?));
+            }
+        }
         for id in 1..=n {
             c.launch(id)?;
         }
@@ -190,6 +209,7 @@ impl ProcCluster {
             .arg("--checkpoint-dir")
             .arg(self.root.path().join("checkpoints"))
             .args(&self.extra_args)
+            .args(node.metrics_addr.iter().flat_map(|m| ["--metrics-listen", m.as_str()]))
             .env("CAIRN_LOG", "info,openraft=off")
             .env_remove("CAIRN_CONFIG")
             .stdin(Stdio::null())
@@ -202,6 +222,18 @@ impl ProcCluster {
 
     /// Starts (or restarts) a `cairn-worker` named `name` attached to this cluster.
     pub fn launch_worker(&mut self, name: &str, slots: u32) -> anyhow::Result<()> {
+        self.launch_worker_with(name, slots, None)
+    }
+
+    /// Like [`ProcCluster::launch_worker`], the worker also serving `/metrics` on a free port;
+    /// returns that address.
+    pub fn launch_worker_with_metrics(&mut self, name: &str, slots: u32) -> anyhow::Result<String> {
+        let addr = format!("127.0.0.1:{}", free_port()?);
+        self.launch_worker_with(name, slots, Some(addr.clone()))?;
+        Ok(addr)
+    }
+
+    fn launch_worker_with(&mut self, name: &str, slots: u32, metrics: Option<String>) -> anyhow::Result<()> {
         let binary = binary("cairn-worker")?;
         let log = std::fs::OpenOptions::new().create(true).append(true).open(self.worker_log(name))?;
         if self.workers.get(name).is_some_and(|w| w.is_running()) {
@@ -215,13 +247,17 @@ impl ProcCluster {
             .arg(name)
             .arg("--slots")
             .arg(slots.to_string())
+            .args(metrics.iter().flat_map(|m| ["--metrics-listen", m.as_str()]))
             .env("CAIRN_WORKER_LOG", "info")
             .env_remove("CAIRN_WORKER_CONFIG")
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)
             .spawn()?;
-        self.workers.insert(name.to_owned(), CairnProcess { id: 0, addr: String::new(), child: Some(child) });
+        self.workers.insert(
+            name.to_owned(),
+            CairnProcess { id: 0, addr: String::new(), metrics_addr: metrics, child: Some(child) },
+        );
         Ok(())
     }
 

@@ -175,6 +175,36 @@ mod tests {
         );
     }
 
+    #[test]
+    fn golden_deduplicated_command_and_request_table() {
+        let id = JobId::new("wordcount").unwrap_or_else(|e| panic!("{e}"));
+        assert_golden(
+            &Command::Deduplicated {
+                request_id: "cli-1".into(),
+                fingerprint: 42,
+                command: Box::new(Command::AllocateCheckpointId { job: id }),
+            },
+            r#"{"cmd":"deduplicated","request_id":"cli-1","fingerprint":42,"command":{"cmd":"allocate_checkpoint_id","job":"wordcount"}}"#,
+        );
+        let mut record = job();
+        record.requests.record(cairn_raft::model::RequestEntry {
+            id: "cli-1".into(),
+            fingerprint: 42,
+            outcome: cairn_raft::model::Outcome::Repeated {
+                first: Box::new(cairn_raft::model::Outcome::CheckpointId { id: 7 }),
+            },
+        });
+        let json = String::from_utf8_lossy(&encode(&record).unwrap_or_else(|e| panic!("{e}"))).into_owned();
+        assert!(
+            json.ends_with(
+                r#""requests":[{"id":"cli-1","fingerprint":42,"outcome":{"outcome":"repeated","first":{"outcome":"checkpoint_id","id":7}}}]}"#
+            ),
+            "{json}"
+        );
+        let back: JobRecord = decode(json.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(back, record);
+    }
+
     const MEMBERSHIP_JSON: &str = concat!(
         r#"{"log_id":{"leader_id":{"term":1,"node_id":1},"index":2},"membership":{"configs":[[1,2]],"#,
         r#""nodes":{"1":{"addr":"10.0.0.1:7000"},"2":{"addr":"10.0.0.2:7000"}}}}"#

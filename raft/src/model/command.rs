@@ -36,6 +36,13 @@ pub enum Command {
     /// Starts a new deployment attempt of the job's tasks; the outcome is its attempt number,
     /// unique across leaders, so a message from an older attempt is always recognisable.
     BeginAttempt { job: JobId },
+    /// An operator request with a client-chosen id: applies `command` once and remembers its
+    /// outcome in the job's request table (see [`super::request`]); a retry with the same id and
+    /// fingerprint returns the first outcome as [`Outcome::Repeated`] and changes nothing.
+    Deduplicated { request_id: String, fingerprint: u64, command: Box<Command> },
+    /// Records `outcome` for a request id without changing anything else (e.g. the checkpoint id
+    /// a trigger request was given); a repeat returns the recorded outcome.
+    RecordRequest { job: JobId, request_id: String, fingerprint: u64, outcome: Outcome },
 }
 
 impl Command {
@@ -52,7 +59,9 @@ impl Command {
             | Self::DisposeSavepoint { job, .. }
             | Self::RemoveJob { job }
             | Self::BeginAttempt { job }
-            | Self::RecordStats { job, .. } => job,
+            | Self::RecordStats { job, .. }
+            | Self::RecordRequest { job, .. } => job,
+            Self::Deduplicated { command, .. } => command.job(),
         }
     }
 
@@ -70,6 +79,8 @@ impl Command {
             Self::RemoveJob { .. } => "remove_job",
             Self::BeginAttempt { .. } => "begin_attempt",
             Self::RecordStats { .. } => "record_stats",
+            Self::Deduplicated { .. } => "deduplicated",
+            Self::RecordRequest { .. } => "record_request",
         }
     }
 }
@@ -105,6 +116,10 @@ pub enum Outcome {
     JobRemoved {
         checkpoints: Vec<CompletedCheckpoint>,
         savepoints: Vec<SavepointRecord>,
+    },
+    /// A request id seen before with the same arguments: what its first execution returned.
+    Repeated {
+        first: Box<Outcome>,
     },
 }
 
@@ -142,6 +157,11 @@ pub enum CommandError {
     DuplicateSavepoint { job: JobId, id: u64 },
     #[error("job `{job}` has no savepoint {id}")]
     UnknownSavepoint { job: JobId, id: u64 },
+    #[error(
+        "request_id {request_id:?} was already used on job `{job}` with different arguments; \
+         choose a new request id"
+    )]
+    RequestIdReused { job: JobId, request_id: String },
     #[error("{field} of checkpoint {id} of job `{job}` is invalid: {reason}")]
     InvalidCheckpoint { job: JobId, id: u64, field: String, reason: String },
 }

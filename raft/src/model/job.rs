@@ -5,7 +5,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use super::CheckpointConfig;
+use super::{CheckpointConfig, RequestTable};
 
 /// A job identifier: 1 to 64 characters of `[A-Za-z0-9_.-]`, not starting with `.` (it names
 /// a directory in checkpoint storage, so it must be a safe path component).
@@ -180,6 +180,9 @@ pub struct JobRecord {
     /// Checkpoint statistics summary recorded by the leader (opaque to the state machine).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stats: Option<serde_json::Value>,
+    /// Recent operator request ids and their outcomes (idempotent retries), bounded.
+    #[serde(default, skip_serializing_if = "RequestTable::is_empty")]
+    pub requests: RequestTable,
 }
 
 impl JobRecord {
@@ -195,6 +198,7 @@ impl JobRecord {
             num_completed: 0,
             attempts: 0,
             stats: None,
+            requests: RequestTable::default(),
         }
     }
 

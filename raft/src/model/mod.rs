@@ -13,6 +13,7 @@
 mod command;
 mod config;
 mod job;
+pub mod request;
 mod state;
 
 pub use command::{Command, CommandError, CommandResponse, Outcome};
@@ -20,4 +21,5 @@ pub use config::{CheckpointConfig, ConfigError};
 pub use job::{
     CheckpointKind, CompletedCheckpoint, JobId, JobIdError, JobRecord, JobSpec, JobStatus, SavepointRecord,
 };
+pub use request::{RequestEntry, RequestTable};
 pub use state::StateMachineData;

@@ -4,8 +4,10 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::request::Lookup;
 use super::{
     CheckpointKind, Command, CommandError, CompletedCheckpoint, JobId, JobRecord, JobStatus, Outcome,
+    RequestEntry,
 };
 
 /// The whole replicated state: every job's record, by id.
@@ -22,6 +24,31 @@ impl StateMachineData {
     /// Applies one command. On error nothing changes. Pure and deterministic: the result depends
     /// only on the current state and the command.
     pub fn apply(&mut self, cmd: &Command) -> Result<Outcome, CommandError> {
+        match cmd {
+            Command::Deduplicated { request_id, fingerprint, command } => {
+                return self.apply_deduplicated(request_id, *fingerprint, command);
+            }
+            Command::RecordRequest { job, request_id, fingerprint, outcome } => {
+                let record =
+                    self.jobs.get_mut(job).ok_or_else(|| CommandError::UnknownJob { job: job.clone() })?;
+                return match record.requests.lookup(request_id, *fingerprint) {
+                    Lookup::Repeat(first) => Ok(Outcome::Repeated { first: Box::new(first.clone()) }),
+                    Lookup::Conflict => Err(CommandError::RequestIdReused {
+                        job: job.clone(),
+                        request_id: request_id.clone(),
+                    }),
+                    Lookup::New => {
+                        record.requests.record(RequestEntry {
+                            id: request_id.clone(),
+                            fingerprint: *fingerprint,
+                            outcome: outcome.clone(),
+                        });
+                        Ok(outcome.clone())
+                    }
+                };
+            }
+            _ => {}
+        }
         if let Command::RegisterJob { job, name, spec } = cmd {
             if self.jobs.contains_key(job) {
                 return Err(CommandError::JobExists { job: job.clone() });
@@ -46,17 +73,55 @@ impl StateMachineData {
             let (checkpoints, savepoints) = removed.map(|j| (j.completed, j.savepoints)).unwrap_or_default();
             return Ok(Outcome::JobRemoved { checkpoints, savepoints });
         }
-        if job.status.is_terminal() {
+        // Forgetting a savepoint is allowed after the job ended (e.g. after stop-with-savepoint).
+        if job.status.is_terminal() && !matches!(cmd, Command::DisposeSavepoint { .. }) {
             return Err(CommandError::JobTerminal { job: job_id.clone(), status: job.status.to_string() });
         }
         apply_to_live_job(job, cmd)
     }
 }
 
+impl StateMachineData {
+    /// Applies `command` once per request id: a repeat returns the first outcome, a conflicting
+    /// repeat is refused, a rejected command is not remembered (a retry is validated again).
+    fn apply_deduplicated(
+        &mut self,
+        request_id: &str,
+        fingerprint: u64,
+        command: &Command,
+    ) -> Result<Outcome, CommandError> {
+        let job = command.job();
+        if let Some(record) = self.jobs.get(job) {
+            match record.requests.lookup(request_id, fingerprint) {
+                Lookup::Repeat(first) => return Ok(Outcome::Repeated { first: Box::new(first.clone()) }),
+                Lookup::Conflict => {
+                    return Err(CommandError::RequestIdReused {
+                        job: job.clone(),
+                        request_id: request_id.to_owned(),
+                    });
+                }
+                Lookup::New => {}
+            }
+        }
+        let outcome = self.apply(command)?;
+        if let Some(record) = self.jobs.get_mut(job) {
+            record.requests.record(RequestEntry {
+                id: request_id.to_owned(),
+                fingerprint,
+                outcome: outcome.clone(),
+            });
+        }
+        Ok(outcome)
+    }
+}
+
 /// Commands on a job that exists and is not terminal.
 fn apply_to_live_job(job: &mut JobRecord, cmd: &Command) -> Result<Outcome, CommandError> {
     match cmd {
-        Command::RegisterJob { .. } | Command::RemoveJob { .. } => {
+        Command::RegisterJob { .. }
+        | Command::RemoveJob { .. }
+        | Command::Deduplicated { .. }
+        | Command::RecordRequest { .. } => {
             unreachable!("handled by StateMachineData::apply")
         }
         Command::UpdateJobConfig { checkpoint, .. } => {

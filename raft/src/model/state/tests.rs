@@ -262,3 +262,59 @@ proptest! {
         }
     }
 }
+
+fn dedup(id: &str, fingerprint: u64, command: Command) -> Command {
+    Command::Deduplicated { request_id: id.to_owned(), fingerprint, command: Box::new(command) }
+}
+
+#[test]
+fn a_repeated_request_acts_once_and_returns_the_first_outcome() {
+    let mut sm = StateMachineData::default();
+    let spec = JobSpec::default();
+    let reg = || Command::RegisterJob { job: jid("a"), name: String::new(), spec: spec.clone() };
+    assert_eq!(sm.apply(&dedup("r1", 1, reg())), Ok(Outcome::Done));
+    // The retry of the registration is recognised although the job now exists.
+    assert_eq!(sm.apply(&dedup("r1", 1, reg())), Ok(Outcome::Repeated { first: Box::new(Outcome::Done) }));
+    let alloc = || Command::AllocateCheckpointId { job: jid("a") };
+    assert_eq!(sm.apply(&dedup("r2", 2, alloc())), Ok(Outcome::CheckpointId { id: 1 }));
+    assert_eq!(
+        sm.apply(&dedup("r2", 2, alloc())),
+        Ok(Outcome::Repeated { first: Box::new(Outcome::CheckpointId { id: 1 }) })
+    );
+    assert_eq!(sm.job(&jid("a")).unwrap().next_checkpoint_id, 2, "allocated once");
+    // Same id, other arguments: refused, nothing changes.
+    let before = sm.clone();
+    assert!(matches!(sm.apply(&dedup("r2", 3, alloc())), Err(CommandError::RequestIdReused { .. })));
+    assert_eq!(sm, before);
+}
+
+#[test]
+fn a_rejected_request_is_not_remembered_and_terminal_jobs_still_answer_repeats() {
+    let mut sm = StateMachineData::default();
+    register(&mut sm, "a", 1);
+    let cancel = || Command::SetJobStatus { job: jid("a"), status: JobStatus::Canceled };
+    assert_eq!(sm.apply(&dedup("c", 9, cancel())), Ok(Outcome::Done));
+    // The job is terminal now, yet the retry of the cancel is answered with its first outcome.
+    assert_eq!(sm.apply(&dedup("c", 9, cancel())), Ok(Outcome::Repeated { first: Box::new(Outcome::Done) }));
+    // A rejected command leaves no entry behind.
+    assert!(sm.apply(&dedup("x", 1, Command::AllocateCheckpointId { job: jid("a") })).is_err());
+    assert!(sm.job(&jid("a")).unwrap().requests.outcome("x").is_none());
+}
+
+#[test]
+fn recorded_requests_map_an_id_to_an_outcome() {
+    let mut sm = StateMachineData::default();
+    register(&mut sm, "a", 1);
+    let rec = |fp, id| Command::RecordRequest {
+        job: jid("a"),
+        request_id: "t".into(),
+        fingerprint: fp,
+        outcome: Outcome::CheckpointId { id },
+    };
+    assert_eq!(sm.apply(&rec(1, 5)), Ok(Outcome::CheckpointId { id: 5 }));
+    assert_eq!(
+        sm.apply(&rec(1, 6)),
+        Ok(Outcome::Repeated { first: Box::new(Outcome::CheckpointId { id: 5 }) })
+    );
+    assert!(matches!(sm.apply(&rec(2, 5)), Err(CommandError::RequestIdReused { .. })));
+}

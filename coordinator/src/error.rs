@@ -19,6 +19,10 @@ pub enum NodeError {
     InvalidArgument(String),
     #[error("{0}")]
     FailedPrecondition(String),
+    #[error("{0}")]
+    DeadlineExceeded(String),
+    #[error("{0}")]
+    NotFound(String),
     #[error(transparent)]
     Command(#[from] CommandError),
     #[error("raft is shutting down or has stopped: {0}")]
@@ -41,6 +45,8 @@ impl NodeError {
             Self::NotLeader(hint) => not_leader_status(what, &hint),
             Self::InvalidArgument(m) => Status::invalid_argument(m),
             Self::FailedPrecondition(m) => Status::failed_precondition(m),
+            Self::DeadlineExceeded(m) => Status::deadline_exceeded(m),
+            Self::NotFound(m) => Status::not_found(m),
             Self::Stopped(m) => {
                 Status::unavailable(format!("{what}: replica is shutting down ({m}); retry another replica"))
             }
@@ -53,7 +59,8 @@ impl NodeError {
                     }
                     CommandError::JobExists { .. }
                     | CommandError::DuplicateCheckpoint { .. }
-                    | CommandError::DuplicateSavepoint { .. } => Status::already_exists(msg),
+                    | CommandError::DuplicateSavepoint { .. }
+                    | CommandError::RequestIdReused { .. } => Status::already_exists(msg),
                     CommandError::InvalidConfig(_) | CommandError::InvalidCheckpoint { .. } => {
                         Status::invalid_argument(msg)
                     }

@@ -11,6 +11,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use cairn_coordinator::client::{ClientConfig, LeaderClient};
+use cairn_coordinator::config::write_private;
+use cairn_coordinator::services::admin::AdminToken;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tempfile::TempDir;
@@ -140,6 +142,9 @@ pub struct ProcCluster {
     /// Workers by name; `CairnProcess::id` is unused for them.
     pub workers: BTreeMap<String, CairnProcess>,
     extra_args: Vec<String>,
+    /// The admin token of this cluster, and the file (mode 0600) every replica reads it from.
+    token: String,
+    token_file: PathBuf,
 }
 
 impl ProcCluster {
@@ -166,6 +171,9 @@ impl ProcCluster {
             .into_iter()
             .map(|(id, addr)| (id, CairnProcess { id, addr, metrics_addr: None, child: None }))
             .collect();
+        let token = AdminToken::generate().expose().to_owned();
+        let token_file = root.path().join("admin-token");
+        write_private(&token_file, &token)?;
         let mut c = Self {
             root,
             binary,
@@ -173,6 +181,8 @@ impl ProcCluster {
             nodes,
             workers: BTreeMap::new(),
             extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
+            token,
+            token_file,
         };
         if metrics {
             for node in c.nodes.values_mut() {
@@ -208,10 +218,13 @@ impl ProcCluster {
             .arg(&self.peers)
             .arg("--checkpoint-dir")
             .arg(self.root.path().join("checkpoints"))
+            .arg("--admin-token-file")
+            .arg(&self.token_file)
             .args(&self.extra_args)
             .args(node.metrics_addr.iter().flat_map(|m| ["--metrics-listen", m.as_str()]))
             .env("CAIRN_LOG", "info,openraft=off")
             .env_remove("CAIRN_CONFIG")
+            .env_remove("CAIRN_ADMIN_TOKEN")
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)
@@ -290,8 +303,24 @@ impl ProcCluster {
         self.nodes.values().find(|n| n.addr == addr).map(|n| n.id)
     }
 
+    /// A leader-following client carrying the admin token.
     pub fn client(&self) -> anyhow::Result<LeaderClient> {
-        Ok(LeaderClient::new(self.addrs(), ClientConfig::default())?)
+        Ok(LeaderClient::new(self.addrs(), self.client_config())?)
+    }
+
+    /// Client settings with this cluster's admin token.
+    pub fn client_config(&self) -> ClientConfig {
+        ClientConfig { token: Some(self.token.clone()), ..ClientConfig::default() }
+    }
+
+    /// The admin token the replicas accept.
+    pub fn admin_token(&self) -> &str {
+        &self.token
+    }
+
+    /// The file holding the admin token (for `cairnctl --token-file`).
+    pub fn admin_token_file(&self) -> &std::path::Path {
+        &self.token_file
     }
 
     /// The last `lines` lines of every node's log, for failure messages.

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use anyhow::Context;
-use cairn_coordinator::client::{ClientConfig, LeaderClient};
+use cairn_coordinator::client::LeaderClient;
 use cairn_proto::leader_hint::parse_not_leader;
 use cairn_proto::v1::task_gateway_client::TaskGatewayClient;
 use cairn_proto::v1::{Heartbeat, WorkerMessage, worker_message};
@@ -239,10 +239,11 @@ async fn leader_stopped_between_ack_and_completion() -> anyhow::Result<()> {
     // A linearizable read on whichever replica leads next: is the checkpoint in the replicated
     // store? It runs while the worker re-attaches (a real worker does not wait for it: the
     // re-attach grace period runs from the new leader's start).
-    let mut reader = LeaderClient::new(&addrs, ClientConfig::default())?;
-    let in_store = tokio::spawn(async move {
-        reader.get_job("j").await.map(|r| r.completed_checkpoint_ids.contains(&id))
-    });
+    let mut reader = LeaderClient::new(&addrs, cluster.client_config())?;
+    let in_store =
+        tokio::spawn(
+            async move { reader.get_job("j").await.map(|r| r.completed_checkpoint_ids.contains(&id)) },
+        );
 
     // The tasks re-attach to the new leader, which keeps them (no restart). Under load another
     // election may end a stream; the worker then re-attaches again, as a real worker does.
@@ -277,7 +278,10 @@ async fn leader_stopped_between_ack_and_completion() -> anyhow::Result<()> {
     }
     let in_store = in_store.await?.context("reading the job from the new leader")?;
     if notified_by_old {
-        assert!(in_store, "checkpoint {id} was notified by the old leader but is not in the replicated store");
+        assert!(
+            in_store,
+            "checkpoint {id} was notified by the old leader but is not in the replicated store"
+        );
     }
     assert_eq!(notified, in_store, "notified ({notified}) must equal present in the store ({in_store})");
     let next = next_trigger.ok_or_else(|| anyhow::anyhow!("no trigger"))?;

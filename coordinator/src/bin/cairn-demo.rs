@@ -13,8 +13,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 use cairn_coordinator::client::{ClientConfig, ClientError, LeaderClient};
-use cairn_coordinator::config::{NodeConfig, Peer};
+use cairn_coordinator::config::{NodeConfig, Peer, read_token_file, write_private};
 use cairn_coordinator::node::Replica;
+use cairn_coordinator::services::admin::AdminToken;
 use cairn_taskrt::demo::DemoJob;
 use cairn_taskrt::demo::source::SourceConfig;
 use cairn_taskrt::demo::verify::{Expectation, verify_output};
@@ -64,6 +65,13 @@ async fn main() -> anyhow::Result<()> {
     std::fs::create_dir_all(&root).with_context(|| format!("cannot create {}", root.display()))?;
     let checkpoints = root.join("checkpoints");
     let output = root.join("output");
+    // One admin token for the three replicas, kept with the demo's data (mode 0600).
+    let token_file = root.join("admin-token");
+    if !token_file.exists() {
+        write_private(&token_file, AdminToken::generate().expose())
+            .with_context(|| format!("cannot write {}", token_file.display()))?;
+    }
+    let token = read_token_file(&token_file)?;
     let peers: Vec<Peer> =
         (1..=3u64).map(|id| Peer { id, addr: format!("127.0.0.1:{}", args.base_port as u64 + id) }).collect();
     let mut replicas = Vec::new();
@@ -77,19 +85,28 @@ async fn main() -> anyhow::Result<()> {
             data_dir: Some(root.join(format!("node-{}", p.id))),
             peers: peers.clone(),
             checkpoint_dir: Some(checkpoints.clone()),
+            admin_token_file: Some(token_file.clone()),
             ..NodeConfig::default()
         };
         replicas.push(Replica::start(config, listener).await?);
     }
     let endpoints: Vec<String> = peers.iter().map(|p| p.addr.clone()).collect();
     println!("cairn-demo: 3 replicas on {} (data in {})", endpoints.join(", "), root.display());
+    println!(
+        "cairn-demo: operate it with: cairnctl --endpoints {} --token-file {}",
+        endpoints.join(","),
+        token_file.display()
+    );
 
     let worker = Worker::start(WorkerConfig {
         worker_id: Some("demo-worker".into()),
         ..WorkerConfig::new(endpoints.clone())
     })?;
 
-    let mut client = LeaderClient::new(&endpoints, ClientConfig::default())?;
+    let mut client = LeaderClient::new(
+        &endpoints,
+        ClientConfig { token: Some(token.expose().to_owned()), ..ClientConfig::default() },
+    )?;
     let graph = DemoJob {
         source: SourceConfig { keys: 16, records_per_key: None, rate_per_sec: Some(args.rate), batch: 64 },
         output_dir: output.display().to_string(),

@@ -210,6 +210,11 @@ impl FailureManager {
         Self { tolerable, consecutive: 0, counted: BTreeSet::new(), last_succeeded: None }
     }
 
+    /// Changes the tolerated count (a configuration update); the consecutive count stays.
+    pub fn set_tolerable(&mut self, tolerable: u32) {
+        self.tolerable = tolerable;
+    }
+
     pub fn consecutive_failures(&self) -> u32 {
         self.consecutive
     }

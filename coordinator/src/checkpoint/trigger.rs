@@ -92,8 +92,10 @@ pub struct Scheduler {
     /// Effective periodic interval (`None`: manual checkpoints only).
     interval: Option<Duration>,
     min_pause: Duration,
-    /// Whether periodic scheduling is on (between start and stop).
+    /// Whether periodic scheduling is on (between start and stop, with an interval).
     periodic: bool,
+    /// Between start and stop, whatever the interval (a new interval turns periodic on).
+    started: bool,
     /// The armed trigger timer: when, and the token a matching fire carries.
     timer: Option<(Instant, TimerToken)>,
     /// Source of fresh timer tokens.
@@ -112,6 +114,7 @@ impl Scheduler {
             interval,
             min_pause,
             periodic: false,
+            started: false,
             timer: None,
             next_token: 0,
             queued: None,
@@ -135,6 +138,7 @@ impl Scheduler {
     /// Starts periodic scheduling (a no-op when already on or without an interval): the first
     /// trigger after a random delay in `[min pause, interval]`.
     pub fn start(&mut self, now: Instant, out: &mut Vec<Action>) {
+        self.started = true;
         let Some(interval) = self.interval else { return };
         if self.periodic {
             return;
@@ -151,8 +155,39 @@ impl Scheduler {
     /// the caller can answer it.
     pub fn stop(&mut self, out: &mut Vec<Action>) -> Option<Request> {
         self.periodic = false;
+        self.started = false;
         self.disarm(out);
         self.queued.take()
+    }
+
+    /// Applies a new interval and min pause at once: while started, the timer is re-armed one
+    /// (new) interval from `now`, or disarmed when the interval is removed; a queued request stays
+    /// queued and is retried as before.
+    pub fn reconfigure(
+        &mut self,
+        interval: Option<Duration>,
+        min_pause: Duration,
+        now: Instant,
+        out: &mut Vec<Action>,
+    ) {
+        self.interval = interval;
+        self.min_pause = min_pause;
+        if !self.started {
+            return;
+        }
+        self.periodic = interval.is_some();
+        if self.queued.is_some() {
+            return;
+        }
+        match interval {
+            Some(i) => self.arm(instant_after(now, i), out),
+            None => self.disarm(out),
+        }
+    }
+
+    /// The effective periodic interval in use.
+    pub fn interval(&self) -> Option<Duration> {
+        self.interval
     }
 
     /// Records a completion (the min pause starts now).
@@ -234,6 +269,24 @@ mod tests {
         assert_eq!(SnapshotProps::resolve(kind.clone(), Some(" ")), Err(TriggerError::NoSavepointDirectory));
         let ok = SnapshotProps::resolve(kind, Some("/default")).unwrap();
         assert_eq!(ok.savepoint_parent, Some(PathBuf::from("/default")));
+    }
+
+    #[test]
+    fn reconfigure_rearms_a_started_scheduler_at_once() {
+        let now = Instant::now();
+        let mut s = Scheduler::new(None, Duration::ZERO, 1);
+        let mut out = Vec::new();
+        // Not started: nothing is armed.
+        s.reconfigure(Some(Duration::from_secs(5)), Duration::ZERO, now, &mut out);
+        assert!(out.is_empty() && s.armed_at().is_none());
+        s.start(now, &mut out);
+        out.clear();
+        s.reconfigure(Some(Duration::from_millis(100)), Duration::ZERO, now, &mut out);
+        assert_eq!(s.armed_at(), Some(now + Duration::from_millis(100)));
+        assert!(s.is_periodic());
+        s.reconfigure(None, Duration::ZERO, now, &mut out);
+        assert!(s.armed_at().is_none() && !s.is_periodic());
+        assert!(matches!(out.last(), Some(Action::CancelTrigger)));
     }
 
     #[test]

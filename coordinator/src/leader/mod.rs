@@ -20,7 +20,8 @@ use openraft::ServerState;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-pub use runtime::{TermHandle, WorkerInfo};
+pub use job::{JobView, StartRefusal, StartedReply, TaskView, TriggerKey};
+pub use runtime::{TermHandle, WorkerInfo, WorkerSlots};
 
 use crate::config::WorkerTiming;
 use crate::node::ReplicaContext;

@@ -18,7 +18,9 @@ use tokio::time::Instant;
 use tonic::Status;
 
 use super::LeaderOptions;
-use super::job::{JobDriver, JobHandle, JobInput, JobView, TriggerReply};
+use super::job::{
+    JobDriver, JobHandle, JobInput, JobView, StartRefusal, StartedReply, TriggerKey, TriggerReply,
+};
 use crate::checkpoint::TriggerKind;
 use crate::node::ReplicaContext;
 
@@ -79,6 +81,31 @@ pub(crate) enum RuntimeCmd {
     Jobs {
         reply: oneshot::Sender<Vec<JobView>>,
     },
+    TriggerStarted {
+        job: JobId,
+        kind: TriggerKind,
+        key: Option<TriggerKey>,
+        started: oneshot::Sender<StartedReply>,
+    },
+    Cancel {
+        job: JobId,
+        reply: oneshot::Sender<()>,
+    },
+    ConfigChanged {
+        job: JobId,
+        subsumed: Vec<cairn_raft::model::CompletedCheckpoint>,
+    },
+    Workers {
+        reply: oneshot::Sender<Vec<WorkerSlots>>,
+    },
+}
+
+/// A connected worker's slots, for status calls.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerSlots {
+    pub worker_id: String,
+    pub slots: u32,
+    pub used: u32,
 }
 
 /// Cheap handle on the runtime of one term.
@@ -138,6 +165,37 @@ impl TermHandle {
     /// Triggers a checkpoint or savepoint of a job; answers when it completed or failed.
     pub async fn trigger(&self, job: JobId, kind: TriggerKind) -> Result<TriggerReply, Status> {
         self.ask(|reply| RuntimeCmd::Trigger { job, kind, reply }).await
+    }
+
+    /// Triggers a checkpoint or savepoint of a job; answers as soon as its checkpoint id is
+    /// allocated (with a key: and recorded through Raft under the request id).
+    pub async fn trigger_started(
+        &self,
+        job: JobId,
+        kind: TriggerKind,
+        key: Option<TriggerKey>,
+    ) -> Result<StartedReply, Status> {
+        self.ask(|started| RuntimeCmd::TriggerStarted { job, kind, key, started }).await
+    }
+
+    /// Tells the job's driver that its `canceled` status is committed; answers once its tasks
+    /// were told to cancel (at once when no driver runs the job).
+    pub async fn cancel(&self, job: JobId) -> Result<(), Status> {
+        self.ask(|reply| RuntimeCmd::Cancel { job, reply }).await
+    }
+
+    /// Tells the job's driver that a new checkpoint configuration is committed.
+    pub async fn config_changed(
+        &self,
+        job: JobId,
+        subsumed: Vec<cairn_raft::model::CompletedCheckpoint>,
+    ) -> Result<(), Status> {
+        self.tx.send(RuntimeCmd::ConfigChanged { job, subsumed }).await.map_err(|_| gone())
+    }
+
+    /// The connected workers and their slots.
+    pub async fn workers(&self) -> Result<Vec<WorkerSlots>, Status> {
+        self.ask(|reply| RuntimeCmd::Workers { reply }).await
     }
 
     /// What every job driver of this term is doing.
@@ -434,6 +492,37 @@ impl Runtime {
                     let _ = reply.send(Err(format!("unknown job `{job}` (or not running)")));
                 }
             },
+            RuntimeCmd::TriggerStarted { job, kind, key, started } => match self.jobs.get(&job) {
+                Some(h) => h.send(JobInput::TriggerStarted { kind, key, started }).await,
+                None => {
+                    let why = format!("job `{job}` is not running on this leader");
+                    let _ = started.send(Err(StartRefusal::Refused(why)));
+                }
+            },
+            RuntimeCmd::Cancel { job, reply } => match self.jobs.get(&job) {
+                Some(h) => h.send(JobInput::Cancel { reply }).await,
+                None => {
+                    let _ = reply.send(());
+                }
+            },
+            RuntimeCmd::ConfigChanged { job, subsumed } => {
+                if let Some(h) = self.jobs.get(&job) {
+                    h.send(JobInput::ConfigChanged { subsumed }).await;
+                }
+            }
+            RuntimeCmd::Workers { reply } => {
+                let workers = self
+                    .workers
+                    .iter()
+                    .filter(|(_, w)| w.connected)
+                    .map(|(id, w)| WorkerSlots {
+                        worker_id: id.clone(),
+                        slots: w.slots,
+                        used: w.slots.saturating_sub(self.free_slots(id)),
+                    })
+                    .collect();
+                let _ = reply.send(workers);
+            }
             RuntimeCmd::Jobs { reply } => {
                 let mut views = Vec::new();
                 for h in self.jobs.values() {

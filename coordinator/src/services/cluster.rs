@@ -55,7 +55,7 @@ fn membership_reply(ctx: &ReplicaContext, log_index: u64) -> MembershipReply {
     MembershipReply { log_index, members: members(&ctx.metrics()) }
 }
 
-fn check_node_id(id: u64) -> Result<(), NodeError> {
+pub(crate) fn check_node_id(id: u64) -> Result<(), NodeError> {
     if id == 0 { Err(NodeError::InvalidArgument("node_id must be at least 1".into())) } else { Ok(()) }
 }
 
@@ -119,88 +119,81 @@ impl Cluster for ClusterService {
         &self,
         req: Request<AddLearnerRequest>,
     ) -> Result<Response<MembershipReply>, Status> {
-        const WHAT: &str = "AddLearner";
         let req = req.into_inner();
-        let run = async {
-            check_node_id(req.node_id)?;
-            if !crate::config::is_host_port(&req.addr) {
-                return Err(NodeError::InvalidArgument(format!(
-                    "addr {:?} is not a host:port address",
-                    req.addr
-                )));
-            }
-            let m = self.ctx.metrics();
-            if m.membership_config.membership().voter_ids().any(|v| v == req.node_id) {
-                return Err(NodeError::FailedPrecondition(format!(
-                    "node {} is already a voter",
-                    req.node_id
-                )));
-            }
-            let resp = self.ctx.raft.add_learner(req.node_id, Node { addr: req.addr.clone() }, true).await?;
-            tracing::info!(node_id = req.node_id, addr = %req.addr, "learner added");
-            Ok(membership_reply(&self.ctx, resp.log_id.index))
-        };
-        run.await.map(Response::new).map_err(|e: NodeError| e.into_status(WHAT))
+        add_learner(&self.ctx, req.node_id, &req.addr)
+            .await
+            .map(|index| Response::new(membership_reply(&self.ctx, index)))
+            .map_err(|e| e.into_status("AddLearner"))
     }
 
     async fn promote_learner(&self, req: Request<NodeRequest>) -> Result<Response<MembershipReply>, Status> {
-        const WHAT: &str = "PromoteLearner";
-        let id = req.into_inner().node_id;
-        let run = async {
-            check_node_id(id)?;
-            let m = self.ctx.metrics();
-            let membership = m.membership_config.membership();
-            if membership.voter_ids().any(|v| v == id) {
-                return Err(NodeError::FailedPrecondition(format!("node {id} is already a voter")));
-            }
-            if !membership.learner_ids().any(|l| l == id) {
-                return Err(NodeError::FailedPrecondition(format!(
-                    "node {id} is not a learner; add it with AddLearner first"
-                )));
-            }
-            let resp = self
-                .ctx
-                .raft
-                .change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false)
-                .await?;
-            tracing::info!(node_id = id, "learner promoted to voter");
-            Ok(membership_reply(&self.ctx, resp.log_id.index))
-        };
-        run.await.map(Response::new).map_err(|e: NodeError| e.into_status(WHAT))
+        promote_learner(&self.ctx, req.into_inner().node_id)
+            .await
+            .map(|index| Response::new(membership_reply(&self.ctx, index)))
+            .map_err(|e| e.into_status("PromoteLearner"))
     }
 
     async fn remove_node(&self, req: Request<NodeRequest>) -> Result<Response<MembershipReply>, Status> {
-        const WHAT: &str = "RemoveNode";
-        let id = req.into_inner().node_id;
-        let run = async {
-            check_node_id(id)?;
-            let m = self.ctx.metrics();
-            let membership = m.membership_config.membership();
-            let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
-            let resp = if voters.contains(&id) {
-                if voters.len() == 1 {
-                    return Err(NodeError::FailedPrecondition(format!(
-                        "node {id} is the only voter; a cluster cannot remove its last voter"
-                    )));
-                }
-                // Not retained: the removed voter leaves the cluster entirely.
-                self.ctx
-                    .raft
-                    .change_membership(ChangeMembers::RemoveVoters(BTreeSet::from([id])), false)
-                    .await?
-            } else if membership.learner_ids().any(|l| l == id) {
-                self.ctx
-                    .raft
-                    .change_membership(ChangeMembers::RemoveNodes(BTreeSet::from([id])), false)
-                    .await?
-            } else {
-                return Err(NodeError::FailedPrecondition(format!(
-                    "node {id} is not a member of the cluster"
-                )));
-            };
-            tracing::info!(node_id = id, "node removed");
-            Ok(membership_reply(&self.ctx, resp.log_id.index))
-        };
-        run.await.map(Response::new).map_err(|e: NodeError| e.into_status(WHAT))
+        remove_node(&self.ctx, req.into_inner().node_id)
+            .await
+            .map(|index| Response::new(membership_reply(&self.ctx, index)))
+            .map_err(|e| e.into_status("RemoveNode"))
     }
+}
+
+/// Adds a learner and waits until it caught up; returns the log index of the membership entry.
+/// Shared by `cairn.v1.Cluster` and `cairn.admin.v1.Admin`.
+pub(crate) async fn add_learner(ctx: &ReplicaContext, node_id: u64, addr: &str) -> Result<u64, NodeError> {
+    check_node_id(node_id)?;
+    if !crate::config::is_host_port(addr) {
+        return Err(NodeError::InvalidArgument(format!("addr {addr:?} is not a host:port address")));
+    }
+    let m = ctx.metrics();
+    if m.membership_config.membership().voter_ids().any(|v| v == node_id) {
+        return Err(NodeError::FailedPrecondition(format!("node {node_id} is already a voter")));
+    }
+    let resp = ctx.raft.add_learner(node_id, Node { addr: addr.to_owned() }, true).await?;
+    tracing::info!(node_id, addr = %addr, "learner added");
+    Ok(resp.log_id.index)
+}
+
+/// Turns a learner into a voter; returns the log index of the membership entry.
+pub(crate) async fn promote_learner(ctx: &ReplicaContext, id: u64) -> Result<u64, NodeError> {
+    check_node_id(id)?;
+    let m = ctx.metrics();
+    let membership = m.membership_config.membership();
+    if membership.voter_ids().any(|v| v == id) {
+        return Err(NodeError::FailedPrecondition(format!("node {id} is already a voter")));
+    }
+    if !membership.learner_ids().any(|l| l == id) {
+        return Err(NodeError::FailedPrecondition(format!(
+            "node {id} is not a learner; add it with AddLearner first"
+        )));
+    }
+    let resp = ctx.raft.change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false).await?;
+    tracing::info!(node_id = id, "learner promoted to voter");
+    Ok(resp.log_id.index)
+}
+
+/// Removes a voter or learner; returns the log index of the membership entry.
+pub(crate) async fn remove_node(ctx: &ReplicaContext, id: u64) -> Result<u64, NodeError> {
+    check_node_id(id)?;
+    let m = ctx.metrics();
+    let membership = m.membership_config.membership();
+    let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
+    let resp = if voters.contains(&id) {
+        if voters.len() == 1 {
+            return Err(NodeError::FailedPrecondition(format!(
+                "node {id} is the only voter; a cluster cannot remove its last voter"
+            )));
+        }
+        // Not retained: the removed voter leaves the cluster entirely.
+        ctx.raft.change_membership(ChangeMembers::RemoveVoters(BTreeSet::from([id])), false).await?
+    } else if membership.learner_ids().any(|l| l == id) {
+        ctx.raft.change_membership(ChangeMembers::RemoveNodes(BTreeSet::from([id])), false).await?
+    } else {
+        return Err(NodeError::FailedPrecondition(format!("node {id} is not a member of the cluster")));
+    };
+    tracing::info!(node_id = id, "node removed");
+    Ok(resp.log_id.index)
 }

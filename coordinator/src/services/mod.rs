@@ -1,6 +1,7 @@
 //! Client-facing gRPC services of a replica. Each handler validates its input, calls Raft, and
 //! maps errors through [`crate::error::NodeError`] exactly once.
 
+pub mod admin;
 mod cluster;
 mod store;
 

@@ -16,8 +16,8 @@ use crate::error::NodeError;
 use crate::node::ReplicaContext;
 
 /// Longest accepted job name and spec, to keep Raft entries small.
-const MAX_NAME_LEN: usize = 256;
-const MAX_SPEC_BYTES: usize = 1024 * 1024;
+pub(crate) const MAX_NAME_LEN: usize = 256;
+pub(crate) const MAX_SPEC_BYTES: usize = 1024 * 1024;
 
 #[derive(Clone)]
 pub struct StoreService {
@@ -39,7 +39,7 @@ pub(crate) fn parse_job_id(raw: &str) -> Result<JobId, NodeError> {
     JobId::new(raw).map_err(|e| NodeError::InvalidArgument(format!("job_id: {e}")))
 }
 
-fn parse_spec(raw: &str) -> Result<JobSpec, NodeError> {
+pub(crate) fn parse_spec(raw: &str) -> Result<JobSpec, NodeError> {
     if raw.len() > MAX_SPEC_BYTES {
         return Err(NodeError::InvalidArgument(format!(
             "spec_json is {} bytes; at most {MAX_SPEC_BYTES} are accepted",
@@ -51,25 +51,33 @@ fn parse_spec(raw: &str) -> Result<JobSpec, NodeError> {
     }
     let spec: JobSpec =
         serde_json::from_str(raw).map_err(|e| NodeError::InvalidArgument(format!("spec_json: {e}")))?;
-    spec.checkpoint.validate().map_err(|e| NodeError::InvalidArgument(e.to_string()))?;
+    check_spec(&spec, "spec_json.")?;
+    Ok(spec)
+}
+
+/// Validates a job spec before it is proposed: the checkpoint configuration, the graph against
+/// the operator registry, the restore point's `_metadata`, and the restore flags. Error messages
+/// name the field as `<prefix><field>`.
+pub(crate) fn check_spec(spec: &JobSpec, prefix: &str) -> Result<(), NodeError> {
+    spec.checkpoint.validate().map_err(|e| NodeError::InvalidArgument(format!("{prefix}checkpoint: {e}")))?;
     if !spec.graph.is_null() {
         let graph: cairn_taskrt::graph::JobGraph = serde_json::from_value(spec.graph.clone())
-            .map_err(|e| NodeError::InvalidArgument(format!("spec_json.graph: {e}")))?;
+            .map_err(|e| NodeError::InvalidArgument(format!("{prefix}graph: {e}")))?;
         graph
             .validate(&cairn_taskrt::registry::OperatorRegistry::with_builtins())
-            .map_err(|e| NodeError::InvalidArgument(format!("spec_json.graph: {e}")))?;
+            .map_err(|e| NodeError::InvalidArgument(format!("{prefix}graph: {e}")))?;
     }
     if let Some(dir) = &spec.restore_from {
         let path = std::path::Path::new(dir).join(cairn_storage::checkpoint::layout::METADATA_FILE);
         cairn_storage::checkpoint::read_metadata_unverified(&path)
-            .map_err(|e| NodeError::InvalidArgument(format!("spec_json.restore_from: {e}")))?;
+            .map_err(|e| NodeError::InvalidArgument(format!("{prefix}restore_from: {e}")))?;
     }
     if spec.allow_non_restored_state && spec.restore_from.is_none() {
-        return Err(NodeError::InvalidArgument(
-            "spec_json.allow_non_restored_state only applies together with restore_from".into(),
-        ));
+        return Err(NodeError::InvalidArgument(format!(
+            "{prefix}allow_non_restored_state only applies together with restore_from"
+        )));
     }
-    Ok(spec)
+    Ok(())
 }
 
 fn record_to_msg(job: &JobRecord) -> JobRecordMsg {

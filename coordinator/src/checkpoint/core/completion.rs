@@ -449,7 +449,7 @@ impl CheckpointCoordinatorCore {
     }
 
     /// Retention removed `s` from the store: delete its directory and released shared files.
-    fn discard_subsumed(&mut self, s: &CompletedCheckpoint, out: &mut Vec<Action>) {
+    pub(super) fn discard_subsumed(&mut self, s: &CompletedCheckpoint, out: &mut Vec<Action>) {
         let released = self.registry.release(s.id);
         // The checkpoint's directory is where its metadata is, if that is a `chk-<id>`
         // directory as it must be; otherwise the layout's idea of it.

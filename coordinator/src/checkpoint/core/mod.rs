@@ -174,6 +174,43 @@ impl CheckpointCoordinatorCore {
         &self.layout
     }
 
+    /// The job's checkpoint configuration in use.
+    pub fn checkpoint_config(&self) -> &cairn_raft::model::CheckpointConfig {
+        &self.config.checkpoint
+    }
+
+    /// Applies a changed checkpoint configuration (committed through Raft) at once: a new
+    /// interval or min pause re-arms the trigger timer one new interval from `now`; the timeout
+    /// applies to checkpoints triggered from now on; tolerable failures and the savepoint
+    /// directory apply at once. The storage directory applies from the next deployment (the
+    /// running tasks write where they were deployed to). `subsumed` are the checkpoints the
+    /// commit dropped from the store (a lower `retained`); their state is discarded as after a
+    /// completion. An invalid configuration, or a core that stopped, changes nothing.
+    pub fn update_config(
+        &mut self,
+        now: Now,
+        checkpoint: cairn_raft::model::CheckpointConfig,
+        subsumed: &[cairn_raft::model::CompletedCheckpoint],
+    ) -> Vec<Action> {
+        let mut out = Vec::new();
+        if self.lifecycle != Lifecycle::Running || checkpoint.validate().is_err() {
+            return out;
+        }
+        for s in subsumed {
+            self.discard_subsumed(s, &mut out);
+        }
+        self.failures.set_tolerable(checkpoint.tolerable_failures);
+        self.scheduler.reconfigure(
+            checkpoint.effective_interval(),
+            checkpoint.min_pause,
+            now.instant,
+            &mut out,
+        );
+        let storage_dir = self.config.checkpoint.storage_dir.clone();
+        self.config.checkpoint = cairn_raft::model::CheckpointConfig { storage_dir, ..checkpoint };
+        out
+    }
+
     /// Ids of the checkpoints in flight, ascending.
     pub fn pending_ids(&self) -> Vec<u64> {
         self.pending.keys().copied().collect()

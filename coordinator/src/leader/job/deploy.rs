@@ -126,7 +126,10 @@ impl JobDriver {
     /// A task or its worker failed: stop checkpointing, cancel what runs, and redeploy from the
     /// latest completed checkpoint after the restart delay.
     pub(super) fn restart(&mut self, why: String) {
-        if matches!(self.phase, Phase::Finished | Phase::Failed | Phase::Suspended | Phase::Restarting) {
+        if matches!(
+            self.phase,
+            Phase::Finished | Phase::Failed | Phase::Canceled | Phase::Suspended | Phase::Restarting
+        ) {
             return;
         }
         tracing::warn!(job = %self.job, reason = %why, "restarting the job from its latest checkpoint");

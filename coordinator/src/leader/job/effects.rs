@@ -147,6 +147,7 @@ impl JobDriver {
                     self.feed(Event::StartScheduler);
                 }
             }
+            Internal::RequestRecorded { request_id, result } => self.request_recorded(&request_id, result),
             Internal::StatusCommitted { status, result } => match result {
                 Ok(()) => {
                     if status.is_terminal() {
@@ -246,10 +247,13 @@ impl JobDriver {
             Action::FailJob { reason, message } => self.fail_job(reason, message),
             Action::TriggerAccepted { request, checkpoint_id } => {
                 tracing::info!(job = %self.job, request = request.0, checkpoint = checkpoint_id, "trigger accepted");
+                self.trigger_accepted(request, checkpoint_id);
             }
             Action::AnswerTrigger { request, result } => {
+                let result = result.map_err(|e| e.to_string());
+                self.trigger_answered(request, &result);
                 if let Some(reply) = self.requests.remove(&request) {
-                    let _ = reply.send(result.map_err(|e| e.to_string()));
+                    let _ = reply.send(result);
                 }
             }
             Action::StatsChanged { .. } => {}

@@ -21,6 +21,7 @@
 //! | `reattach` | tasks re-attaching after a leader change |
 //! | `reports` | task reports and trigger requests |
 //! | `effects` | feeding the core and carrying out its actions |
+//! | `operator` | operator requests: triggers answered when started, cancel, configuration changes |
 //! | `export` | publishing the job's checkpoint figures to the replica's metrics |
 //! | `prepare` | reading the restore point and allocating an attempt |
 //! | [`tasks`] | the graph's subtasks and the attempt-id mapping |
@@ -28,6 +29,7 @@
 mod deploy;
 mod effects;
 mod export;
+mod operator;
 mod prepare;
 mod reattach;
 mod reports;
@@ -77,16 +79,89 @@ pub struct JobView {
     pub pending_checkpoints: Vec<u64>,
     /// Restarts of the job's tasks driven by this leader term.
     pub restarts: u64,
+    /// The job's subtasks and where they run.
+    pub tasks: Vec<TaskView>,
+    /// Checkpoint statistics of the running coordinator (absent before the first deployment).
+    pub stats: Option<crate::checkpoint::JobCheckpointStats>,
+    /// The checkpoint configuration the coordinator applies right now.
+    pub checkpoint: Option<cairn_raft::model::CheckpointConfig>,
+}
+
+/// One subtask in a [`JobView`].
+#[derive(Debug, Clone, Serialize)]
+pub struct TaskView {
+    pub vertex: String,
+    pub subtask: u32,
+    pub parallelism: u32,
+    pub worker: Option<String>,
+    /// `deploying`, `running`, `finished` or `not_deployed`.
+    pub status: &'static str,
+}
+
+/// An operator request id attached to a manual trigger, so that a retry maps to the same
+/// checkpoint id (recorded through Raft as soon as the id is known).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TriggerKey {
+    pub request_id: String,
+    pub fingerprint: u64,
+}
+
+/// Why a trigger did not start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StartRefusal {
+    /// The request id is in flight (or recorded) with other arguments.
+    RequestIdReused,
+    /// The job cannot take the snapshot now; the reason says why.
+    Refused(String),
+}
+
+/// Answer to a trigger that waits only until its checkpoint id is known.
+pub type StartedReply = Result<u64, StartRefusal>;
+
+/// A keyed manual trigger in flight.
+struct Keyed {
+    fingerprint: u64,
+    request: RequestId,
+    /// Further callers with the same request id.
+    waiters: Vec<oneshot::Sender<StartedReply>>,
 }
 
 pub(crate) enum JobInput {
-    Attached { lease: WorkerLease, tasks: Vec<AttachedTask> },
-    Report { worker_id: String, msg: Box<TaskMessage>, reply: oneshot::Sender<Result<(), Status>> },
-    WorkerLost { worker_id: String },
+    Attached {
+        lease: WorkerLease,
+        tasks: Vec<AttachedTask>,
+    },
+    Report {
+        worker_id: String,
+        msg: Box<TaskMessage>,
+        reply: oneshot::Sender<Result<(), Status>>,
+    },
+    WorkerLost {
+        worker_id: String,
+    },
     WorkersChanged,
     GraceEnded,
-    Trigger { kind: TriggerKind, reply: oneshot::Sender<TriggerReply> },
-    View { reply: oneshot::Sender<JobView> },
+    Trigger {
+        kind: TriggerKind,
+        reply: oneshot::Sender<TriggerReply>,
+    },
+    /// A trigger answered as soon as its checkpoint id is allocated (and, with a key, recorded).
+    TriggerStarted {
+        kind: TriggerKind,
+        key: Option<TriggerKey>,
+        started: oneshot::Sender<StartedReply>,
+    },
+    /// The job's `canceled` status is committed: cancel its tasks and end the driver.
+    Cancel {
+        reply: oneshot::Sender<()>,
+    },
+    /// A new checkpoint configuration is committed: apply it now.
+    ConfigChanged {
+        subsumed: Vec<cairn_raft::model::CompletedCheckpoint>,
+    },
+    View {
+        reply: oneshot::Sender<JobView>,
+    },
     Stop,
     Internal(Internal),
 }
@@ -108,6 +183,11 @@ pub(crate) enum Internal {
     /// A trigger could not reach the worker: abort what is pending and re-arm the timer.
     Resync {
         checkpoint_id: u64,
+    },
+    /// The checkpoint id of a keyed trigger was recorded through Raft (or not).
+    RequestRecorded {
+        request_id: String,
+        result: StartedReply,
     },
 }
 
@@ -143,6 +223,8 @@ enum Phase {
     Restarting,
     Finished,
     Failed,
+    /// Canceled by an operator (the status is committed first); the driver ends.
+    Canceled,
     Suspended,
 }
 
@@ -191,6 +273,10 @@ pub(crate) struct JobDriver {
     /// Ignores results of superseded preparations.
     generation: u64,
     requests: BTreeMap<RequestId, oneshot::Sender<TriggerReply>>,
+    /// Callers waiting only for the checkpoint id of their request.
+    started: BTreeMap<RequestId, oneshot::Sender<StartedReply>>,
+    /// Keyed triggers in flight, by request id, until their checkpoint id is recorded.
+    keyed: BTreeMap<String, Keyed>,
     next_request: u64,
     /// Highest checkpoint id allocated for this job (acks above it are refused).
     max_allocated: u64,
@@ -248,6 +334,8 @@ impl JobDriver {
             restart_at: None,
             generation: 0,
             requests: BTreeMap::new(),
+            started: BTreeMap::new(),
+            keyed: BTreeMap::new(),
             next_request: 1,
             max_allocated: 0,
             acked: BTreeSet::new(),
@@ -273,7 +361,7 @@ impl JobDriver {
                 Some(_) = self.io.join_next(), if !self.io.is_empty() => {}
                 _ = sleep_until(deadline) => self.on_deadline(),
             }
-            if matches!(self.phase, Phase::Finished | Phase::Failed)
+            if matches!(self.phase, Phase::Finished | Phase::Failed | Phase::Canceled)
                 && self.io.is_empty()
                 && self.requests.is_empty()
             {
@@ -380,6 +468,12 @@ impl JobDriver {
                 }
             }
             JobInput::Trigger { kind, reply } => self.on_trigger(kind, reply),
+            JobInput::TriggerStarted { kind, key, started } => self.on_trigger_started(kind, key, started),
+            JobInput::Cancel { reply } => {
+                self.cancel();
+                let _ = reply.send(());
+            }
+            JobInput::ConfigChanged { subsumed } => self.config_changed(&subsumed),
             JobInput::View { reply } => {
                 let _ = reply.send(self.view());
             }
@@ -395,20 +489,52 @@ impl JobDriver {
             worker: self.deployed.as_ref().map(|d| d.lease.worker_id.clone()),
             pending_checkpoints: self.core.as_ref().map(|c| c.pending_ids()).unwrap_or_default(),
             restarts: self.restarts,
+            tasks: self.task_views(),
+            stats: self.core.as_ref().map(|c| c.stats().clone()),
+            checkpoint: self.core.as_ref().map(|c| c.checkpoint_config().clone()),
         }
+    }
+
+    fn task_views(&self) -> Vec<TaskView> {
+        (0..self.tasks.len())
+            .filter_map(|i| self.tasks.get(i).map(|t| (i, t)))
+            .map(|(i, t)| {
+                let (worker, status) = match &self.deployed {
+                    Some(d) if d.finished.contains(&i) => (Some(d.lease.worker_id.clone()), "finished"),
+                    Some(d) if d.running.contains(&i) => (Some(d.lease.worker_id.clone()), "running"),
+                    Some(d) => (Some(d.lease.worker_id.clone()), "deploying"),
+                    None => (None, "not_deployed"),
+                };
+                TaskView {
+                    vertex: t.vertex.clone(),
+                    subtask: t.subtask,
+                    parallelism: t.parallelism,
+                    worker,
+                    status,
+                }
+            })
+            .collect()
     }
 
     /// Leadership lost (or the driver ends): drop in-memory pending checkpoints; tasks keep
     /// running for the next leader; nothing replicated is touched.
     fn suspend(&mut self) {
-        if self.core.is_some() && !matches!(self.phase, Phase::Finished | Phase::Failed) {
+        if self.core.is_some() && !matches!(self.phase, Phase::Finished | Phase::Failed | Phase::Canceled) {
             self.feed(Event::LeadershipLost);
         }
         self.phase = Phase::Suspended;
+        const LOST: &str =
+            "leadership lost; the request's outcome is unknown: check the job on the new leader";
         for (_, reply) in std::mem::take(&mut self.requests) {
-            let _ = reply.send(Err(
-                "leadership lost; the request's outcome is unknown: check the job on the new leader".into(),
-            ));
+            let _ = reply.send(Err(LOST.into()));
+        }
+        for (_, started) in std::mem::take(&mut self.started) {
+            let _ = started.send(Err(StartRefusal::Refused(LOST.into())));
+        }
+        for (_, keyed) in std::mem::take(&mut self.keyed) {
+            for w in keyed.waiters {
+                let _ = w.send(Err(StartRefusal::Refused(LOST.into())));
+            }
         }
     }
 }

@@ -115,6 +115,13 @@ pub struct NodeConfig {
     pub metrics_listen: Option<String>,
     pub raft: RaftTiming,
     pub workers: WorkerTiming,
+    /// File holding the admin token every operator call must present (`authorization: Bearer
+    /// <token>`). See [`NodeConfig::resolve_admin_token`].
+    pub admin_token_file: Option<PathBuf>,
+    /// The admin token itself (from `CAIRN_ADMIN_TOKEN`; never read from flags or the file, so it
+    /// stays out of `ps` and configuration dumps). Takes precedence over `admin_token_file`.
+    #[serde(skip)]
+    pub admin_token: Option<crate::services::admin::AdminToken>,
 }
 
 impl Default for NodeConfig {
@@ -130,6 +137,8 @@ impl Default for NodeConfig {
             metrics_listen: None,
             raft: RaftTiming::default(),
             workers: WorkerTiming::default(),
+            admin_token_file: None,
+            admin_token: None,
         }
     }
 }
@@ -143,6 +152,8 @@ pub enum ConfigError {
     Parse { path: PathBuf, source: Box<toml::de::Error> },
     #[error("`{key}` {reason}")]
     Invalid { key: &'static str, reason: String },
+    #[error("admin token: {0}")]
+    AdminToken(String),
 }
 
 fn invalid(key: &'static str, reason: impl Into<String>) -> ConfigError {
@@ -246,6 +257,39 @@ impl NodeConfig {
         Ok(())
     }
 
+    /// The admin token this replica accepts, in order: `admin_token` (`CAIRN_ADMIN_TOKEN`),
+    /// `admin_token_file`, or, for a single-node cluster with neither, a token generated into
+    /// `<data_dir>/admin-token` (mode 0600) on first start and reused afterwards. A replica with
+    /// peers must be given one. Call after the data directory exists.
+    pub fn resolve_admin_token(&self) -> Result<crate::services::admin::AdminToken, ConfigError> {
+        use crate::services::admin::AdminToken;
+        if let Some(t) = &self.admin_token {
+            return Ok(t.clone());
+        }
+        if let Some(path) = &self.admin_token_file {
+            return read_token_file(path);
+        }
+        if !self.peers.is_empty() {
+            return Err(ConfigError::AdminToken(
+                "a replica with peers needs the cluster's admin token: write one token (at least 16 \
+                 printable characters, e.g. `openssl rand -hex 32`) to a file readable only by cairn \
+                 and pass it to every replica with --admin-token-file (or set CAIRN_ADMIN_TOKEN)"
+                    .into(),
+            ));
+        }
+        let path = self.data_dir().join(ADMIN_TOKEN_FILE);
+        if path.exists() {
+            let token = read_token_file(&path)?;
+            tracing::info!(path = %path.display(), "admin token read from the data directory");
+            return Ok(token);
+        }
+        let token = AdminToken::generate();
+        write_private(&path, token.expose())
+            .map_err(|e| ConfigError::AdminToken(format!("cannot write {}: {e}", path.display())))?;
+        tracing::info!(path = %path.display(), "generated an admin token; pass this file to cairnctl --token-file");
+        Ok(token)
+    }
+
     /// The openraft configuration derived from this one.
     pub fn openraft_config(&self) -> Result<openraft::Config, ConfigError> {
         let t = &self.raft;
@@ -263,6 +307,32 @@ impl NodeConfig {
         };
         cfg.validate().map_err(|e| invalid("raft", e.to_string()))
     }
+}
+
+/// Name of the generated admin token file inside a single node's data directory.
+pub const ADMIN_TOKEN_FILE: &str = "admin-token";
+
+/// Reads and validates a token file (one line; a trailing newline is ignored).
+pub fn read_token_file(path: &Path) -> Result<crate::services::admin::AdminToken, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        ConfigError::AdminToken(format!("cannot read the token file {}: {e}", path.display()))
+    })?;
+    let token = text.strip_suffix('\n').map(|t| t.strip_suffix('\r').unwrap_or(t)).unwrap_or(&text);
+    crate::services::admin::AdminToken::new(token)
+        .map_err(|e| ConfigError::AdminToken(format!("token file {}: {e}", path.display())))
+}
+
+/// Writes `contents` to a new file readable and writable by its owner only.
+pub fn write_private(path: &Path, contents: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path)?;
+    f.write_all(contents.as_bytes())?;
+    f.write_all(b"\n")?;
+    f.sync_all()
 }
 
 /// Whether `addr` looks like `host:port` with a non-zero port.
@@ -340,6 +410,34 @@ mod tests {
         let bad = NodeConfig { metrics_listen: Some("9100".into()), ..Default::default() };
         let err = bad.validate().unwrap_err().to_string();
         assert!(err.starts_with("`metrics_listen`") && err.contains("host:port"), "{err}");
+    }
+
+    #[test]
+    fn admin_token_sources_and_rules() {
+        let dir = tempfile::tempdir().unwrap();
+        // Single node without a token: generated once (mode 0600), then reused.
+        let single = NodeConfig { data_dir: Some(dir.path().join("n1")), ..Default::default() };
+        let first = single.resolve_admin_token().unwrap();
+        assert_eq!(single.resolve_admin_token().unwrap(), first);
+        let path = dir.path().join("n1").join(ADMIN_TOKEN_FILE);
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+        // Peers without a token: an error that says how to fix it.
+        let mut cluster = NodeConfig { peers: parse_peers("1=a:1,2=b:2").unwrap(), ..Default::default() };
+        assert!(cluster.resolve_admin_token().unwrap_err().to_string().contains("--admin-token-file"));
+        // A token file: trailing newline ignored; bad content and unreadable files name the file.
+        let file = dir.path().join("token");
+        std::fs::write(&file, "0123456789abcdef\n").unwrap();
+        cluster.admin_token_file = Some(file.clone());
+        assert_eq!(cluster.resolve_admin_token().unwrap().expose(), "0123456789abcdef");
+        std::fs::write(&file, "short\n").unwrap();
+        let err = cluster.resolve_admin_token().unwrap_err().to_string();
+        assert!(err.contains("token file") && err.contains("at least 16"), "{err}");
+        cluster.admin_token_file = Some(dir.path().join("missing"));
+        assert!(cluster.resolve_admin_token().unwrap_err().to_string().contains("missing"));
+        // The value itself wins over the file.
+        cluster.admin_token = Some(crate::services::admin::AdminToken::new("fedcba9876543210").unwrap());
+        assert_eq!(cluster.resolve_admin_token().unwrap().expose(), "fedcba9876543210");
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //!
 //! A payload that does not decode is answered `INVALID_ARGUMENT` and never reaches Raft.
 
-use cairn_proto::v1::RaftPayload;
+use cairn_proto::v1::{RaftPayload, TriggerElectionReply, TriggerElectionRequest};
 use cairn_proto::v1::raft_server::{Raft as RaftRpc, RaftServer};
 use serde::Serialize;
 use tonic::{Request, Response, Status};
@@ -57,5 +57,22 @@ impl RaftRpc for RaftService {
     async fn install_snapshot(&self, req: Request<RaftPayload>) -> Result<Response<RaftPayload>, Status> {
         let rpc = decode("install-snapshot request", req)?;
         reply(&self.raft.install_snapshot(rpc).await)
+    }
+
+    async fn trigger_election(
+        &self,
+        req: Request<TriggerElectionRequest>,
+    ) -> Result<Response<TriggerElectionReply>, Status> {
+        let req = req.into_inner();
+        let m = self.raft.metrics().borrow().clone();
+        if m.current_leader != Some(req.leader_id) || m.current_term != req.term {
+            return Err(Status::failed_precondition(format!(
+                "this replica follows leader {:?} in term {}, not leader {} in term {}",
+                m.current_leader, m.current_term, req.leader_id, req.term
+            )));
+        }
+        tracing::info!(leader = req.leader_id, term = req.term, "leadership transfer: starting an election");
+        self.raft.trigger().elect().await.map_err(|e| Status::unavailable(e.to_string()))?;
+        Ok(Response::new(TriggerElectionReply {}))
     }
 }

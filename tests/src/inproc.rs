@@ -8,6 +8,7 @@ use std::time::Duration;
 use cairn_coordinator::client::{ClientConfig, LeaderClient};
 use cairn_coordinator::config::{NodeConfig, Peer, RaftTiming, WorkerTiming};
 use cairn_coordinator::node::Replica;
+use cairn_coordinator::services::admin::AdminToken;
 use cairn_raft::types::NodeId;
 use openraft::ServerState;
 use tempfile::TempDir;
@@ -44,6 +45,8 @@ pub struct InProcCluster {
     peers: Vec<Peer>,
     timing: RaftTiming,
     running: BTreeMap<NodeId, Replica>,
+    /// The admin token every replica of this cluster accepts.
+    token: AdminToken,
 }
 
 impl InProcCluster {
@@ -59,7 +62,16 @@ impl InProcCluster {
             listeners.iter().map(|(id, l)| Ok((*id, l.local_addr()?))).collect::<std::io::Result<_>>()?;
         let peers: Vec<Peer> = addrs.iter().map(|(id, a)| Peer { id: *id, addr: a.to_string() }).collect();
         let dirs = (1..=n).map(|id| (id, root.path().join(format!("node-{id}")))).collect();
-        let mut cluster = Self { _root: root, dirs, addrs, peers, timing, running: BTreeMap::new() };
+        let mut cluster = Self {
+            _root: root,
+            dirs,
+            addrs,
+            peers,
+            timing,
+            running: BTreeMap::new(),
+            token: AdminToken::generate(),
+        };
+
         for (id, listener) in listeners {
             cluster.start_node(id, listener).await?;
         }
@@ -79,6 +91,8 @@ impl InProcCluster {
             metrics_listen: None,
             raft: self.timing.clone(),
             workers: test_worker_timing(),
+            admin_token_file: None,
+            admin_token: Some(self.token.clone()),
         })
     }
 
@@ -167,9 +181,19 @@ impl InProcCluster {
         }
     }
 
-    /// A leader-following client over every replica's address.
+    /// A leader-following client over every replica's address, carrying the admin token.
     pub fn client(&self) -> anyhow::Result<LeaderClient> {
-        Ok(LeaderClient::new(self.addrs.values().map(|a| a.to_string()), ClientConfig::default())?)
+        Ok(LeaderClient::new(self.addrs.values().map(|a| a.to_string()), self.client_config())?)
+    }
+
+    /// Client settings with this cluster's admin token.
+    pub fn client_config(&self) -> ClientConfig {
+        ClientConfig { token: Some(self.token.expose().to_owned()), ..ClientConfig::default() }
+    }
+
+    /// The admin token the replicas accept.
+    pub fn admin_token(&self) -> &str {
+        self.token.expose()
     }
 
     pub async fn shutdown(mut self) {

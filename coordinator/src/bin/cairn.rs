@@ -70,6 +70,10 @@ struct Cli {
     /// After a leader change, how long to wait for running tasks to re-attach.
     #[arg(long, env = "CAIRN_REATTACH_GRACE", value_parser = humantime::parse_duration)]
     reattach_grace: Option<Duration>,
+    /// File holding the cluster's admin token (at least 16 printable characters, no whitespace);
+    /// the token itself may instead come from the CAIRN_ADMIN_TOKEN environment variable.
+    #[arg(long, env = "CAIRN_ADMIN_TOKEN_FILE")]
+    admin_token_file: Option<PathBuf>,
     /// Log filter (tracing EnvFilter syntax), e.g. `info` or `cairn=debug,openraft=info`.
     #[arg(long, env = "CAIRN_LOG", default_value = "info,openraft=warn")]
     log: String,
@@ -136,6 +140,15 @@ fn build_config(cli: &Cli) -> anyhow::Result<NodeConfig> {
     }
     if let Some(v) = cli.reattach_grace {
         c.workers.reattach_grace = v;
+    }
+    if let Some(v) = &cli.admin_token_file {
+        c.admin_token_file = Some(v.clone());
+    }
+    // The value only from the environment: a flag would show it in `ps`.
+    if let Ok(v) = std::env::var("CAIRN_ADMIN_TOKEN") {
+        let token = cairn_coordinator::services::admin::AdminToken::new(&v)
+            .map_err(|e| anyhow::anyhow!("CAIRN_ADMIN_TOKEN: {e}"))?;
+        c.admin_token = Some(token);
     }
     c.validate()
         .context("invalid configuration (see `cairn --help` and the README's configuration reference)")?;

@@ -23,7 +23,9 @@ use crate::config::NodeConfig;
 use crate::gateway::GatewayService;
 use crate::leader::{LeaderHandle, LeaderOptions, LeaderSupervisor};
 use crate::metrics::ReplicaMetrics;
+use crate::services::admin::{AdminAuth, AdminService};
 use crate::services::{ClusterService, StoreService};
+use tonic::service::interceptor::InterceptedService;
 
 /// Why a replica could not start.
 #[derive(Debug, thiserror::Error)]
@@ -87,6 +89,8 @@ impl Replica {
         let (log_store, sm_store) = cairn_storage::open(&data_dir)
             .map_err(|source| StartError::Storage { path: data_dir.clone(), source })?;
         let reader = sm_store.reader();
+        // After opening storage: a generated single-node token lives in the data directory.
+        let auth = AdminAuth::new(config.resolve_admin_token()?);
         let network = GrpcNetwork::new(config.node_id, TransportConfig::default());
         let raft = Raft::new(config.node_id, raft_config, network, log_store, sm_store)
             .await
@@ -124,8 +128,19 @@ impl Replica {
             .add_service(reflection)
             .add_service(RaftService::new(raft.clone()).into_server(MAX_MESSAGE_BYTES))
             .add_service(GatewayService::new(ctx.clone(), leader.clone()).into_server())
-            .add_service(ClusterService::new(ctx.clone(), leader.clone()).into_server())
-            .add_service(StoreService::new(ctx.clone(), leader.clone()).into_server());
+            // Operator services: every call must carry the admin token.
+            .add_service(InterceptedService::new(
+                ClusterService::new(ctx.clone(), leader.clone()).into_server(),
+                auth.clone(),
+            ))
+            .add_service(InterceptedService::new(
+                StoreService::new(ctx.clone(), leader.clone()).into_server(),
+                auth.clone(),
+            ))
+            .add_service(InterceptedService::new(
+                AdminService::new(ctx.clone(), leader.clone()).into_server(),
+                auth,
+            ));
         let server =
             tokio::spawn(router.serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
                 let _ = stopped.wait_for(|s| *s).await;

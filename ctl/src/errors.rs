@@ -93,13 +93,9 @@ fn rejected_message(what: &str, code: Code, message: &str) -> String {
              --token, --token-file or CAIRN_ADMIN_TOKEN (a replica keeps it in <data_dir>/admin-token)"
         ),
         Code::NotFound => format!("{what}: not found: {message}"),
-        Code::InvalidArgument | Code::FailedPrecondition | Code::OutOfRange => {
+        Code::InvalidArgument | Code::FailedPrecondition | Code::OutOfRange | Code::AlreadyExists => {
             format!("{what}: refused, nothing changed: {message}")
         }
-        Code::AlreadyExists => format!(
-            "{what}: refused, nothing changed: {message} (a --request-id can only be reused with the \
-             same arguments)"
-        ),
         Code::Unimplemented => format!(
             "{what}: the replica does not serve this call ({message}); are the replicas and cairnctl \
              the same version?"

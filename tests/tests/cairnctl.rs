@@ -1,0 +1,270 @@
+//! `cairnctl` as an operator runs it: the real binary against three real `cairn` replicas and a
+//! `cairn-worker` running the demo job. Every assertion reads what the operator would read: the
+//! exit code, the table, or the `--output json` reply.
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::time::Duration;
+
+use cairn_taskrt::demo::DemoJob;
+use cairn_taskrt::demo::source::SourceConfig;
+use cairn_tests::procs::{ProcCluster, binary, failover_args, free_port};
+use cairn_tests::{init_test_logging, wait};
+use serde_json::Value;
+
+const T: Duration = Duration::from_secs(60);
+
+/// Runs `cairnctl` with a clean environment (no `CAIRN_*` variables leak in from the shell).
+struct Ctl {
+    bin: PathBuf,
+    endpoints: String,
+    token_file: Option<PathBuf>,
+}
+
+impl Ctl {
+    async fn run(&self, args: &[&str]) -> anyhow::Result<Output> {
+        let mut cmd = tokio::process::Command::new(&self.bin);
+        for var in ["CAIRN_ENDPOINTS", "CAIRN_ADMIN_TOKEN", "CAIRN_ADMIN_TOKEN_FILE"] {
+            cmd.env_remove(var);
+        }
+        cmd.env("CAIRN_ENDPOINTS", &self.endpoints);
+        if let Some(f) = &self.token_file {
+            cmd.env("CAIRN_ADMIN_TOKEN_FILE", f);
+        }
+        Ok(cmd.args(args).kill_on_drop(true).output().await?)
+    }
+
+    /// Runs and requires exit code `want`; returns stdout.
+    async fn expect(&self, want: i32, args: &[&str]) -> anyhow::Result<String> {
+        let out = self.run(args).await?;
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        anyhow::ensure!(
+            out.status.code() == Some(want),
+            "cairnctl {args:?} exited with {:?}, wanted {want}\nstdout: {stdout}\nstderr: {stderr}",
+            out.status.code()
+        );
+        Ok(stdout)
+    }
+
+    async fn ok(&self, args: &[&str]) -> anyhow::Result<String> {
+        self.expect(0, args).await
+    }
+
+    async fn json(&self, args: &[&str]) -> anyhow::Result<Value> {
+        let mut all = args.to_vec();
+        all.extend(["--output", "json"]);
+        let text = self.ok(&all).await?;
+        serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("cairnctl {args:?}: not JSON ({e}): {text}"))
+    }
+
+    /// The stderr of a run expected to fail with `want`.
+    async fn fails(&self, want: i32, args: &[&str]) -> anyhow::Result<String> {
+        let out = self.run(args).await?;
+        anyhow::ensure!(
+            out.status.code() == Some(want),
+            "cairnctl {args:?} exited with {:?}, wanted {want}\nstdout: {}\nstderr: {}",
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+fn demo_graph(output: &Path) -> DemoJob {
+    DemoJob {
+        source: SourceConfig { keys: 4, records_per_key: None, rate_per_sec: Some(500), batch: 16 },
+        output_dir: output.display().to_string(),
+        source_parallelism: 1,
+        parallelism: 2,
+        max_parallelism: 16,
+    }
+}
+
+fn u64_at(v: &Value, path: &[&str]) -> u64 {
+    path.iter().fold(v, |v, k| &v[k]).as_u64().unwrap_or(0)
+}
+
+fn str_at<'a>(v: &'a Value, path: &[&str]) -> &'a str {
+    path.iter().fold(v, |v, k| &v[k]).as_str().unwrap_or("")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operator_tour_against_a_three_replica_cluster() -> anyhow::Result<()> {
+    init_test_logging();
+    let args = failover_args("5s");
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut cluster = ProcCluster::start(3, &refs)?;
+    cluster.launch_worker("w1", 8)?;
+    let result = tour(&cluster).await;
+    if result.is_err() {
+        eprintln!("{}", cluster.logs(80));
+        eprintln!("--- worker ---\n{}", cluster.worker_log_text("w1"));
+    }
+    result
+}
+
+async fn tour(cluster: &ProcCluster) -> anyhow::Result<()> {
+    let ctl = Ctl {
+        bin: binary("cairnctl")?,
+        endpoints: cluster.addrs().join(","),
+        token_file: Some(cluster.admin_token_file().to_path_buf()),
+    };
+
+    // Cluster status: three voters, one leader (the first call also waits for the election).
+    let status = ctl.json(&["cluster", "status", "--timeout", "60s"]).await?;
+    let nodes = status["nodes"].as_array().cloned().unwrap_or_default();
+    assert_eq!(nodes.len(), 3, "{status}");
+    assert_eq!(nodes.iter().filter(|n| n["is_leader"] == true).count(), 1, "{status}");
+    let leader = u64_at(&status, &["leader_id"]);
+    assert!((1..=3).contains(&leader), "{status}");
+    let table = ctl.ok(&["cluster", "status"]).await?;
+    assert!(table.contains("leader:") && table.contains("HEALTH"), "{table}");
+    assert_eq!(table.lines().filter(|l| l.contains("voter")).count(), 3, "{table}");
+
+    // A dead endpoint in the list is skipped.
+    let dead = format!("127.0.0.1:{}", free_port()?);
+    let with_dead = format!("{dead},{}", cluster.addrs().join(","));
+    ctl.ok(&["--endpoints", &with_dead, "cluster", "status"]).await?;
+
+    // Submit the demo job from a graph file, with checkpoint flags.
+    let graph_file = cluster.scratch("input")?.join("graph.json");
+    let graph = demo_graph(&cluster.scratch("out")?).graph();
+    let subtasks: u32 = graph.vertices.iter().map(|v| v.parallelism).sum();
+    std::fs::write(&graph_file, graph.to_json())?;
+    let savepoints = cluster.scratch("savepoints")?;
+    let submitted = ctl
+        .ok(&[
+            "job",
+            "submit",
+            "demo",
+            "--graph",
+            &graph_file.display().to_string(),
+            "--interval",
+            "200ms",
+            "--retained",
+            "2",
+            "--savepoint-dir",
+            &savepoints.display().to_string(),
+        ])
+        .await?;
+    assert!(submitted.contains("job demo submitted"), "{submitted}");
+
+    let list = ctl.json(&["job", "list"]).await?;
+    let jobs = list["jobs"].as_array().cloned().unwrap_or_default();
+    assert!(jobs.iter().any(|j| j["job_id"] == "demo"), "{list}");
+    let details = ctl.json(&["job", "describe", "demo"]).await?;
+    assert_eq!(str_at(&details, &["summary", "job_id"]), "demo");
+    assert_eq!(u64_at(&details, &["checkpoint_config", "interval_ms"]), 200, "{details}");
+    assert_eq!(u64_at(&details, &["checkpoint_config", "retained"]), 2, "{details}");
+
+    // Periodic checkpoints complete; the overview counts them.
+    wait::until("a completed checkpoint in `checkpoint list`", T, || async {
+        let v = ctl.json(&["checkpoint", "list", "demo"]).await.ok()?;
+        (u64_at(&v, &["counts", "completed"]) > 0).then_some(())
+    })
+    .await?;
+    let table = ctl.ok(&["checkpoint", "list", "demo"]).await?;
+    assert!(table.contains("latest completed:") && table.contains("DURATION"), "{table}");
+
+    // A manual checkpoint, waited for; then its per-subtask figures.
+    let outcome = ctl.json(&["checkpoint", "trigger", "demo", "--wait", "--timeout", "60s"]).await?;
+    assert_eq!(str_at(&outcome, &["status"]), "completed", "{outcome}");
+    let id = u64_at(&outcome, &["checkpoint_id"]);
+    assert!(id > 0, "{outcome}");
+    let described = ctl.json(&["checkpoint", "describe", "demo", &id.to_string()]).await?;
+    assert_eq!(u64_at(&described, &["summary", "id"]), id, "{described}");
+    assert_eq!(str_at(&described, &["summary", "status"]), "completed", "{described}");
+    let figures = described["subtasks"].as_array().map_or(0, Vec::len);
+    assert_eq!(figures, subtasks as usize, "one row per subtask: {described}");
+    let table = ctl.ok(&["checkpoint", "describe", "demo", &id.to_string()]).await?;
+    assert!(table.contains("START DELAY") && table.contains("source"), "{table}");
+    let text = ctl.ok(&["checkpoint", "trigger", "demo", "--wait"]).await?;
+    assert!(text.contains("completed"), "{text}");
+
+    // The checkpoint configuration changes at once.
+    ctl.ok(&["job", "config", "demo", "--interval", "300ms", "--tolerable-failures", "3"]).await?;
+    let details = ctl.json(&["job", "describe", "demo"]).await?;
+    assert_eq!(u64_at(&details, &["checkpoint_config", "interval_ms"]), 300, "{details}");
+    assert_eq!(u64_at(&details, &["checkpoint_config", "tolerable_failures"]), 3, "{details}");
+
+    // A savepoint: its directory exists, it is listed, and dispose deletes it.
+    let sp = ctl.json(&["savepoint", "trigger", "demo"]).await?;
+    let sp_id = u64_at(&sp, &["checkpoint_id"]);
+    let sp_path = PathBuf::from(str_at(&sp, &["path"]));
+    assert!(sp_path.starts_with(&savepoints), "{sp}");
+    assert!(sp_path.is_dir(), "savepoint directory {} missing", sp_path.display());
+    let listed = ctl.json(&["savepoint", "list", "demo"]).await?;
+    let ids: Vec<u64> = listed["savepoints"]
+        .as_array()
+        .map(|a| a.iter().map(|s| u64_at(s, &["checkpoint_id"])).collect())
+        .unwrap_or_default();
+    assert!(ids.contains(&sp_id), "{listed}");
+    let table = ctl.ok(&["savepoint", "list", "demo"]).await?;
+    assert!(table.contains(&sp_path.display().to_string()), "{table}");
+    let dispose = ["--request-id", "dispose-1", "savepoint", "dispose", "demo", &sp_id.to_string()];
+    let disposed = ctl.ok(&dispose).await?;
+    assert!(disposed.contains("disposed"), "{disposed}");
+    // Re-running with the same request id answers with the first result instead of acting again.
+    assert_eq!(ctl.ok(&dispose).await?, disposed);
+    assert!(!sp_path.exists(), "{} still exists after dispose", sp_path.display());
+    let listed = ctl.json(&["savepoint", "list", "demo"]).await?;
+    assert!(!listed.to_string().contains(&sp_path.display().to_string()), "{listed}");
+
+    // A wrong token is refused with exit 3, and nothing changes.
+    let wrong = Ctl { bin: ctl.bin.clone(), endpoints: ctl.endpoints.clone(), token_file: None };
+    let err = wrong.fails(3, &["--token", "not-the-token", "job", "cancel", "demo"]).await?;
+    assert!(err.contains("admin token"), "{err}");
+    let err = wrong.fails(3, &["job", "cancel", "demo"]).await?;
+    assert!(err.contains("no admin token"), "{err}");
+    let details = ctl.json(&["job", "describe", "demo"]).await?;
+    assert_eq!(str_at(&details, &["summary", "status"]), "running", "{details}");
+
+    // Unknown job and unknown checkpoint: exit 4.
+    let err = ctl.fails(4, &["job", "describe", "no-such-job"]).await?;
+    assert!(err.contains("not found"), "{err}");
+    ctl.fails(4, &["savepoint", "dispose", "demo", "999999"]).await?;
+
+    // Stop with a savepoint ends the job; a checkpoint of a finished job is refused (exit 5).
+    let stopped = ctl.json(&["job", "stop", "demo", "--savepoint"]).await?;
+    let final_sp = PathBuf::from(str_at(&stopped, &["path"]));
+    assert!(final_sp.is_dir(), "{stopped}");
+    wait::until("the stopped job to finish", T, || async {
+        let v = ctl.json(&["job", "describe", "demo"]).await.ok()?;
+        (str_at(&v, &["summary", "status"]) == "finished").then_some(())
+    })
+    .await?;
+    ctl.fails(5, &["checkpoint", "trigger", "demo"]).await?;
+    Ok(())
+}
+
+/// What needs no cluster: completions, usage errors, a missing token, nothing reachable.
+#[tokio::test]
+async fn exit_codes_without_a_cluster() -> anyhow::Result<()> {
+    let dead = format!("127.0.0.1:{}", free_port()?);
+    let ctl = Ctl { bin: binary("cairnctl")?, endpoints: dead.clone(), token_file: None };
+
+    let script = ctl.ok(&["completions", "bash"]).await?;
+    assert!(script.contains("cairnctl") && script.contains("savepoint"), "{script}");
+    let script = ctl.ok(&["completions", "zsh"]).await?;
+    assert!(script.contains("#compdef cairnctl"), "{script}");
+
+    let help = ctl.ok(&["--help"]).await?;
+    assert!(help.contains("Exit codes") && help.contains("7  the checkpoint"), "{help}");
+
+    // Usage errors (2), caught before any call.
+    ctl.fails(2, &["job", "describe", "bad/id"]).await?;
+    let err = ctl.fails(2, &["--token", "t", "job", "submit", "j", "--graph", "/no/such/graph.json"]).await?;
+    assert!(err.contains("/no/such/graph.json"), "{err}");
+    ctl.fails(2, &["--token", "t", "job", "config", "j"]).await?;
+
+    // No token (3), before any call.
+    let err = ctl.fails(3, &["cluster", "status"]).await?;
+    assert!(err.contains("no admin token") && err.contains("admin-token"), "{err}");
+
+    // Nothing reachable (6): the message names the endpoints tried.
+    let err = ctl.fails(6, &["--token", "t", "--timeout", "1s", "cluster", "status"]).await?;
+    assert!(err.contains(&dead) && err.contains("--endpoints"), "{err}");
+    Ok(())
+}

@@ -3,9 +3,11 @@
 //! replicas, the workers, the CLI) speaks exactly the same messages.
 //!
 //! It also owns the conventions that are part of the contract but not expressible in protobuf:
-//! the metadata keys that carry leader hints on a not-leader error ([`leader_hint`]).
+//! the metadata keys that carry leader hints on a not-leader error ([`leader_hint`]), and how every
+//! connection loads and uses its TLS material ([`tls`]).
 
 pub mod leader_hint;
+pub mod tls;
 
 /// Encoded descriptors of every Cairn service, for gRPC server reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("cairn_descriptor");

@@ -21,7 +21,7 @@ use cairn_proto::v1::{
     JobRecord, MembershipReply, NodeRequest, RegisterJobReply, RegisterJobRequest, StatusRequest,
 };
 use tokio::time::Instant;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 use tonic::{Code, Status};
 
 /// Why a call failed for good.
@@ -60,6 +60,9 @@ pub struct ClientConfig {
     pub backoff_max: Duration,
     /// The cluster's admin token, sent as `authorization: Bearer <token>` on every call.
     pub token: Option<String>,
+    /// TLS towards the replicas (load it with `cairn_proto::tls::TlsFiles::load_client`);
+    /// `None` connects in plaintext.
+    pub tls: Option<cairn_proto::tls::ClientTls>,
 }
 
 impl Default for ClientConfig {
@@ -70,6 +73,7 @@ impl Default for ClientConfig {
             backoff_min: Duration::from_millis(20),
             backoff_max: Duration::from_millis(500),
             token: None,
+            tls: None,
         }
     }
 }
@@ -117,7 +121,7 @@ pub struct LeaderClient {
 }
 
 fn normalize(endpoint: &str) -> String {
-    endpoint.trim().trim_start_matches("http://").trim_end_matches('/').to_owned()
+    cairn_proto::tls::strip_scheme(endpoint).to_owned()
 }
 
 impl LeaderClient {
@@ -150,7 +154,7 @@ impl LeaderClient {
         if !crate::config::is_host_port(addr) {
             return Err(bad("expected host:port".into()));
         }
-        let ch = Endpoint::from_shared(format!("http://{addr}"))
+        let ch = cairn_proto::tls::endpoint(addr, self.config.tls.as_ref())
             .map_err(|e| bad(e.to_string()))?
             .connect_timeout(Duration::from_millis(500))
             .tcp_nodelay(true)

@@ -115,6 +115,9 @@ pub struct NodeConfig {
     pub metrics_listen: Option<String>,
     pub raft: RaftTiming,
     pub workers: WorkerTiming,
+    /// TLS (`[tls]`: `cert_file`, `key_file`, `ca_file`): when set, the replica serves TLS only,
+    /// and replicas talk Raft over mutual TLS. Unset: plaintext.
+    pub tls: Option<cairn_proto::tls::TlsFiles>,
     /// File holding the admin token every operator call must present (`authorization: Bearer
     /// <token>`). See [`NodeConfig::resolve_admin_token`].
     pub admin_token_file: Option<PathBuf>,
@@ -137,6 +140,7 @@ impl Default for NodeConfig {
             metrics_listen: None,
             raft: RaftTiming::default(),
             workers: WorkerTiming::default(),
+            tls: None,
             admin_token_file: None,
             admin_token: None,
         }
@@ -152,6 +156,8 @@ pub enum ConfigError {
     Parse { path: PathBuf, source: Box<toml::de::Error> },
     #[error("`{key}` {reason}")]
     Invalid { key: &'static str, reason: String },
+    #[error(transparent)]
+    Tls(#[from] cairn_proto::tls::TlsError),
     #[error("admin token: {0}")]
     AdminToken(String),
 }
@@ -244,6 +250,7 @@ impl NodeConfig {
         if t.snapshot_after_logs == 0 {
             return Err(invalid("raft.snapshot_after_logs", "must be at least 1"));
         }
+        self.server_tls()?;
         let w = &self.workers;
         if w.heartbeat_interval.is_zero() {
             return Err(invalid("workers.heartbeat_interval", "must be above zero"));
@@ -288,6 +295,12 @@ impl NodeConfig {
             .map_err(|e| ConfigError::AdminToken(format!("cannot write {}: {e}", path.display())))?;
         tracing::info!(path = %path.display(), "generated an admin token; pass this file to cairnctl --token-file");
         Ok(token)
+    }
+
+    /// The replica's TLS material, loaded and checked (files exist, are PEM, hold a certificate
+    /// and its key); `None` when TLS is not configured.
+    pub fn server_tls(&self) -> Result<Option<cairn_proto::tls::ServerTls>, ConfigError> {
+        Ok(self.tls.as_ref().map(|t| t.load_server()).transpose()?)
     }
 
     /// The openraft configuration derived from this one.
@@ -403,16 +416,6 @@ mod tests {
     }
 
     #[test]
-    fn metrics_listen_is_off_by_default_and_validated() {
-        assert_eq!(NodeConfig::default().metrics_listen, None);
-        let c: NodeConfig = toml::from_str("metrics_listen = \"0.0.0.0:9100\"").unwrap();
-        assert_eq!(c.metrics_listen.as_deref(), Some("0.0.0.0:9100"));
-        let bad = NodeConfig { metrics_listen: Some("9100".into()), ..Default::default() };
-        let err = bad.validate().unwrap_err().to_string();
-        assert!(err.starts_with("`metrics_listen`") && err.contains("host:port"), "{err}");
-    }
-
-    #[test]
     fn admin_token_sources_and_rules() {
         let dir = tempfile::tempdir().unwrap();
         // Single node without a token: generated once (mode 0600), then reused.
@@ -438,6 +441,31 @@ mod tests {
         // The value itself wins over the file.
         cluster.admin_token = Some(crate::services::admin::AdminToken::new("fedcba9876543210").unwrap());
         assert_eq!(cluster.resolve_admin_token().unwrap().expose(), "fedcba9876543210");
+    }
+
+    #[test]
+    fn metrics_listen_is_off_by_default_and_validated() {
+        assert_eq!(NodeConfig::default().metrics_listen, None);
+        let c: NodeConfig = toml::from_str("metrics_listen = \"0.0.0.0:9100\"").unwrap();
+        assert_eq!(c.metrics_listen.as_deref(), Some("0.0.0.0:9100"));
+        let bad = NodeConfig { metrics_listen: Some("9100".into()), ..Default::default() };
+        let err = bad.validate().unwrap_err().to_string();
+        assert!(err.starts_with("`metrics_listen`") && err.contains("host:port"), "{err}");
+    }
+
+    #[test]
+    fn tls_section_is_checked_at_validation() {
+        let c: NodeConfig = toml::from_str(
+            "[tls]\ncert_file = \"/nope/c.pem\"\nkey_file = \"/nope/k.pem\"\nca_file = \"/nope/ca.pem\"",
+        )
+        .unwrap();
+        assert_eq!(c.tls.as_ref().and_then(|t| t.cert_file.as_deref()), Some(Path::new("/nope/c.pem")));
+        assert_eq!(c.validate().unwrap_err().to_string(), "certificate file /nope/c.pem does not exist");
+        let partial: NodeConfig = toml::from_str("[tls]\nca_file = \"/nope/ca.pem\"").unwrap();
+        let err = partial.validate().unwrap_err().to_string();
+        assert!(err.starts_with("`tls.cert_file` is required to serve TLS"), "{err}");
+        let err = toml::from_str::<NodeConfig>("[tls]\ncert = \"c.pem\"").unwrap_err();
+        assert!(err.to_string().contains("cert"), "{err}");
     }
 
     #[test]

@@ -5,7 +5,9 @@
 //! multiplexes over one HTTP/2 connection and a new RPC never pays for a new connection. Each
 //! RPC carries openraft's hard deadline; an unreachable peer makes openraft back off (jittered
 //! exponential, capped) instead of spinning, and since every target has its own replication
-//! task and its own channel, a dead peer never stalls replication to the others.
+//! task and its own channel, a dead peer never stalls replication to the others. With TLS
+//! configured, every channel is mutual TLS: the peer's certificate is checked against the
+//! cluster CA and this replica presents its own.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -23,7 +25,7 @@ use openraft::raft::{
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 use crate::codec;
 use crate::types::{Node, NodeId, TypeConfig};
@@ -39,6 +41,9 @@ pub struct TransportConfig {
     pub backoff_max: Duration,
     /// Largest gRPC message accepted or sent (snapshot chunks and entry batches stay below).
     pub max_message_bytes: usize,
+    /// TLS towards peers (the cluster CA, and this replica's certificate as its client
+    /// identity: peers refuse Raft calls without one); `None` dials plaintext.
+    pub tls: Option<cairn_proto::tls::ClientTls>,
 }
 
 impl Default for TransportConfig {
@@ -48,6 +53,7 @@ impl Default for TransportConfig {
             backoff_min: Duration::from_millis(50),
             backoff_max: Duration::from_secs(1),
             max_message_bytes: 64 * 1024 * 1024,
+            tls: None,
         }
     }
 }
@@ -75,7 +81,7 @@ impl GrpcNetwork {
         {
             return Ok(ch.clone());
         }
-        let ch = Endpoint::from_shared(format!("http://{addr}"))?
+        let ch = cairn_proto::tls::endpoint(addr, self.config.tls.as_ref())?
             .connect_timeout(self.config.connect_timeout)
             .tcp_nodelay(true)
             .http2_keep_alive_interval(Duration::from_secs(10))

@@ -2,9 +2,13 @@
 //! returns openraft's `Result` encoded, so a remote `RaftError` reaches the caller intact.
 //!
 //! A payload that does not decode is answered `INVALID_ARGUMENT` and never reaches Raft.
+//!
+//! When the replica serves TLS, only other replicas may call: a call without a client
+//! certificate verified against the cluster CA is answered `UNAUTHENTICATED` (the listener makes
+//! client certificates optional, for admin clients and workers, so the check is made here).
 
-use cairn_proto::v1::{RaftPayload, TriggerElectionReply, TriggerElectionRequest};
 use cairn_proto::v1::raft_server::{Raft as RaftRpc, RaftServer};
+use cairn_proto::v1::{RaftPayload, TriggerElectionReply, TriggerElectionRequest};
 use serde::Serialize;
 use tonic::{Request, Response, Status};
 
@@ -15,11 +19,32 @@ use crate::types::Raft;
 #[derive(Clone)]
 pub struct RaftService {
     raft: Raft,
+    /// Refuse calls that came without a verified client certificate (mutual TLS between
+    /// replicas).
+    require_client_cert: bool,
 }
+
+/// The refusal of a Raft call made without a client certificate.
+pub const CLIENT_CERT_REQUIRED: &str = "raft calls require a client certificate signed by the cluster CA";
 
 impl RaftService {
     pub fn new(raft: Raft) -> Self {
-        Self { raft }
+        Self { raft, require_client_cert: false }
+    }
+
+    /// Only callers that presented a certificate the TLS layer verified against the cluster CA
+    /// may call (set when the replica serves TLS).
+    pub fn require_client_certificates(mut self, require: bool) -> Self {
+        self.require_client_cert = require;
+        self
+    }
+
+    fn authorize<T>(&self, req: &Request<T>) -> Result<(), Status> {
+        // The TLS layer rejects certificates the cluster CA did not sign; present means verified.
+        if self.require_client_cert && req.peer_certs().is_none_or(|certs| certs.is_empty()) {
+            return Err(Status::unauthenticated(CLIENT_CERT_REQUIRED));
+        }
+        Ok(())
     }
 
     /// The service wrapped for a tonic router, with the message size limit applied both ways.
@@ -45,16 +70,19 @@ fn decode<T: serde::de::DeserializeOwned>(
 #[tonic::async_trait]
 impl RaftRpc for RaftService {
     async fn append_entries(&self, req: Request<RaftPayload>) -> Result<Response<RaftPayload>, Status> {
+        self.authorize(&req)?;
         let rpc = decode("append-entries request", req)?;
         reply(&self.raft.append_entries(rpc).await)
     }
 
     async fn vote(&self, req: Request<RaftPayload>) -> Result<Response<RaftPayload>, Status> {
+        self.authorize(&req)?;
         let rpc = decode("vote request", req)?;
         reply(&self.raft.vote(rpc).await)
     }
 
     async fn install_snapshot(&self, req: Request<RaftPayload>) -> Result<Response<RaftPayload>, Status> {
+        self.authorize(&req)?;
         let rpc = decode("install-snapshot request", req)?;
         reply(&self.raft.install_snapshot(rpc).await)
     }
@@ -63,6 +91,7 @@ impl RaftRpc for RaftService {
         &self,
         req: Request<TriggerElectionRequest>,
     ) -> Result<Response<TriggerElectionReply>, Status> {
+        self.authorize(&req)?;
         let req = req.into_inner();
         let m = self.raft.metrics().borrow().clone();
         if m.current_leader != Some(req.leader_id) || m.current_term != req.term {

@@ -71,7 +71,6 @@ impl InProcCluster {
             running: BTreeMap::new(),
             token: AdminToken::generate(),
         };
-
         for (id, listener) in listeners {
             cluster.start_node(id, listener).await?;
         }
@@ -91,6 +90,7 @@ impl InProcCluster {
             metrics_listen: None,
             raft: self.timing.clone(),
             workers: test_worker_timing(),
+            tls: None,
             admin_token_file: None,
             admin_token: Some(self.token.clone()),
         })

@@ -70,6 +70,16 @@ struct Cli {
     /// After a leader change, how long to wait for running tasks to re-attach.
     #[arg(long, env = "CAIRN_REATTACH_GRACE", value_parser = humantime::parse_duration)]
     reattach_grace: Option<Duration>,
+    /// This replica's TLS certificate (PEM); with --tls-key-file and --tls-ca-file the replica
+    /// serves TLS only and talks Raft to its peers over mutual TLS.
+    #[arg(long, env = "CAIRN_TLS_CERT_FILE")]
+    tls_cert_file: Option<PathBuf>,
+    /// The private key of --tls-cert-file (PEM).
+    #[arg(long, env = "CAIRN_TLS_KEY_FILE")]
+    tls_key_file: Option<PathBuf>,
+    /// The cluster CA (PEM) that signed every replica's certificate.
+    #[arg(long, env = "CAIRN_TLS_CA_FILE")]
+    tls_ca_file: Option<PathBuf>,
     /// File holding the cluster's admin token (at least 16 printable characters, no whitespace);
     /// the token itself may instead come from the CAIRN_ADMIN_TOKEN environment variable.
     #[arg(long, env = "CAIRN_ADMIN_TOKEN_FILE")]
@@ -141,6 +151,12 @@ fn build_config(cli: &Cli) -> anyhow::Result<NodeConfig> {
     if let Some(v) = cli.reattach_grace {
         c.workers.reattach_grace = v;
     }
+    c.tls = cairn_proto::tls::TlsFiles::overlay(
+        c.tls.take(),
+        cli.tls_cert_file.as_deref(),
+        cli.tls_key_file.as_deref(),
+        cli.tls_ca_file.as_deref(),
+    );
     if let Some(v) = &cli.admin_token_file {
         c.admin_token_file = Some(v.clone());
     }

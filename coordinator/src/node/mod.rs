@@ -40,6 +40,8 @@ pub enum StartError {
     Listener(std::io::Error),
     #[error("cannot resolve the checkpoint directory: {0}")]
     CheckpointDir(std::io::Error),
+    #[error("cannot configure TLS on the listener: {0}")]
+    Tls(tonic::transport::Error),
 }
 
 /// What the services of one replica share. Cheap to clone.
@@ -52,6 +54,9 @@ pub struct ReplicaContext {
     pub advertise: Arc<str>,
     /// This replica's Prometheus metrics (served on `/metrics` by the binary when configured).
     pub telemetry: ReplicaMetrics,
+    /// TLS for calls to other replicas (mutual: presents this replica's certificate); `None`
+    /// when the cluster runs plaintext. Dial peers with `cairn_proto::tls::endpoint`.
+    pub peer_tls: Option<cairn_proto::tls::ClientTls>,
 }
 
 impl ReplicaContext {
@@ -84,6 +89,8 @@ impl Replica {
     pub async fn start(config: NodeConfig, listener: TcpListener) -> Result<Self, StartError> {
         config.validate()?;
         let raft_config = Arc::new(config.openraft_config()?);
+        // With TLS, the listener serves TLS only and peers are dialed with mutual TLS.
+        let tls = config.server_tls()?;
         let addr = listener.local_addr().map_err(StartError::Listener)?;
         let data_dir = config.data_dir();
         let (log_store, sm_store) = cairn_storage::open(&data_dir)
@@ -91,7 +98,9 @@ impl Replica {
         let reader = sm_store.reader();
         // After opening storage: a generated single-node token lives in the data directory.
         let auth = AdminAuth::new(config.resolve_admin_token()?);
-        let network = GrpcNetwork::new(config.node_id, TransportConfig::default());
+        let peer_tls = tls.as_ref().map(|t| t.peer_client());
+        let transport = TransportConfig { tls: peer_tls.clone(), ..TransportConfig::default() };
+        let network = GrpcNetwork::new(config.node_id, transport);
         let raft = Raft::new(config.node_id, raft_config, network, log_store, sm_store)
             .await
             .map_err(|e| StartError::Raft(e.to_string()))?;
@@ -101,6 +110,7 @@ impl Replica {
             reader,
             advertise: Arc::from(config.advertise_addr()),
             telemetry: ReplicaMetrics::new(),
+            peer_tls,
         };
         let raft_gauges =
             tokio::spawn(crate::metrics::raft::follow_raft(raft.clone(), ctx.telemetry.raft.clone()));
@@ -123,10 +133,18 @@ impl Replica {
             .build_v1()
             .map_err(|e| StartError::Raft(format!("cannot build the reflection service: {e}")))?;
         let (stop, mut stopped) = watch::channel(false);
-        let router = tonic::transport::Server::builder()
+        let mut builder = tonic::transport::Server::builder();
+        if let Some(tls) = &tls {
+            builder = builder.tls_config(tls.server_config()).map_err(StartError::Tls)?;
+        }
+        let router = builder
             .add_service(health_service)
             .add_service(reflection)
-            .add_service(RaftService::new(raft.clone()).into_server(MAX_MESSAGE_BYTES))
+            .add_service(
+                RaftService::new(raft.clone())
+                    .require_client_certificates(tls.is_some())
+                    .into_server(MAX_MESSAGE_BYTES),
+            )
             .add_service(GatewayService::new(ctx.clone(), leader.clone()).into_server())
             // Operator services: every call must carry the admin token.
             .add_service(InterceptedService::new(

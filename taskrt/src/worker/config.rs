@@ -60,6 +60,9 @@ pub struct WorkerConfig {
     pub log_format: LogFormat,
     /// `host:port` of the Prometheus `/metrics` endpoint; none when unset.
     pub metrics_listen: Option<String>,
+    /// TLS towards the replicas (`[tls]`: `ca_file`, and `cert_file` + `key_file` to present a
+    /// client certificate); unset connects in plaintext.
+    pub tls: Option<cairn_proto::tls::TlsFiles>,
 }
 
 impl Default for WorkerConfig {
@@ -77,6 +80,7 @@ impl Default for WorkerConfig {
             log: "info".to_owned(),
             log_format: LogFormat::Text,
             metrics_listen: None,
+            tls: None,
         }
     }
 }
@@ -90,6 +94,8 @@ pub enum ConfigError {
     Parse { path: PathBuf, source: Box<toml::de::Error> },
     #[error("`{key}` {reason}")]
     Invalid { key: &'static str, reason: String },
+    #[error(transparent)]
+    Tls(#[from] cairn_proto::tls::TlsError),
 }
 
 fn invalid(key: &'static str, reason: impl Into<String>) -> ConfigError {
@@ -104,7 +110,7 @@ pub(crate) fn is_host_port(addr: &str) -> bool {
 
 /// The form endpoints are compared in: no scheme, no trailing slash, no spaces.
 pub(crate) fn normalize_endpoint(endpoint: &str) -> String {
-    endpoint.trim().trim_start_matches("http://").trim_end_matches('/').to_owned()
+    cairn_proto::tls::strip_scheme(endpoint).to_owned()
 }
 
 impl WorkerConfig {
@@ -187,7 +193,13 @@ impl WorkerConfig {
                 format!("{addr:?} is not a host:port address (e.g. 127.0.0.1:9101), or leave it unset"),
             ));
         }
+        self.client_tls()?;
         Ok(())
+    }
+
+    /// The TLS material to connect with, loaded and checked; `None` when TLS is not configured.
+    pub fn client_tls(&self) -> Result<Option<cairn_proto::tls::ClientTls>, ConfigError> {
+        Ok(self.tls.as_ref().map(|t| t.load_client()).transpose()?)
     }
 }
 
@@ -235,6 +247,15 @@ pub struct RunArgs {
     /// Serve Prometheus metrics on GET /metrics at this host:port (default: off).
     #[arg(long, env = "CAIRN_WORKER_METRICS_LISTEN")]
     pub metrics_listen: Option<String>,
+    /// The CA (PEM) that signed the replicas' certificates: connect with TLS.
+    #[arg(long, env = "CAIRN_WORKER_TLS_CA_FILE")]
+    pub tls_ca_file: Option<PathBuf>,
+    /// A client certificate (PEM) to present, with --tls-key-file (optional).
+    #[arg(long, env = "CAIRN_WORKER_TLS_CERT_FILE")]
+    pub tls_cert_file: Option<PathBuf>,
+    /// The private key of --tls-cert-file (PEM).
+    #[arg(long, env = "CAIRN_WORKER_TLS_KEY_FILE")]
+    pub tls_key_file: Option<PathBuf>,
     /// Print the effective configuration as TOML and exit.
     #[arg(long)]
     pub print_config: bool,
@@ -291,6 +312,12 @@ impl RunArgs {
         if let Some(v) = &self.metrics_listen {
             c.metrics_listen = Some(v.trim().to_owned());
         }
+        c.tls = cairn_proto::tls::TlsFiles::overlay(
+            c.tls.take(),
+            self.tls_cert_file.as_deref(),
+            self.tls_key_file.as_deref(),
+            self.tls_ca_file.as_deref(),
+        );
     }
 }
 
@@ -346,6 +373,23 @@ mod tests {
         let file: WorkerConfig =
             toml::from_str("coordinators = [\"a:1\"]\nmetrics_listen = \"0.0.0.0:9101\"").unwrap();
         assert_eq!(file.metrics_listen.as_deref(), Some("0.0.0.0:9101"));
+    }
+
+    #[test]
+    fn tls_comes_from_flags_or_the_file_and_is_checked() {
+        let mut c: WorkerConfig =
+            toml::from_str("coordinators = [\"a:1\"]\n[tls]\nca_file = \"/nope/ca.pem\"").unwrap();
+        assert_eq!(c.validate().unwrap_err().to_string(), "CA file /nope/ca.pem does not exist");
+        let args = RunArgs { tls_cert_file: Some("/nope/c.pem".into()), ..RunArgs::default() };
+        args.apply(&mut c);
+        let tls = c.tls.clone().unwrap();
+        assert_eq!(tls.ca_file.as_deref(), Some(Path::new("/nope/ca.pem")));
+        assert_eq!(tls.cert_file.as_deref(), Some(Path::new("/nope/c.pem")));
+        let err = c.validate().unwrap_err().to_string();
+        assert!(err.starts_with("`tls.key_file` is required with `tls.cert_file`"), "{err}");
+        let mut plain = WorkerConfig::new(["a:1"]);
+        RunArgs::default().apply(&mut plain);
+        assert_eq!(plain.tls, None);
     }
 
     #[test]

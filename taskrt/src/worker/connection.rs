@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 use super::endpoints::{Backoff, Endpoints, Next};
 use super::host::HostCommand;
@@ -29,6 +29,8 @@ pub(crate) struct Connector {
     pub endpoints: Endpoints,
     pub backoff: Backoff,
     pub channels: HashMap<String, Channel>,
+    /// TLS towards the replicas; `None` dials plaintext.
+    pub tls: Option<cairn_proto::tls::ClientTls>,
     pub fence: TermFence,
     pub host: mpsc::Sender<HostCommand>,
     pub jobs: watch::Receiver<JobsView>,
@@ -146,7 +148,7 @@ impl Connector {
         if !super::config::is_host_port(addr) {
             return Err("expected host:port".to_owned());
         }
-        let ch = Endpoint::from_shared(format!("http://{addr}"))
+        let ch = cairn_proto::tls::endpoint(addr, self.tls.as_ref())
             .map_err(|e| e.to_string())?
             .connect_timeout(self.connect_timeout)
             .tcp_nodelay(true)

@@ -156,6 +156,7 @@ impl Worker {
         metrics: Option<TaskMetrics>,
     ) -> Result<WorkerHandle, WorkerError> {
         config.validate()?;
+        let tls = config.client_tls()?;
         let worker_id = config.effective_worker_id();
         let (host_tx, host_rx) = mpsc::channel(host::COMMAND_CAPACITY);
         let (jobs_tx, jobs_rx) = watch::channel(JobsView { slots: config.slots, ..JobsView::default() });
@@ -180,6 +181,7 @@ impl Worker {
             endpoints: endpoints::Endpoints::new(config.endpoints()),
             backoff: endpoints::Backoff::new(config.reconnect_backoff_min, config.reconnect_backoff_max),
             channels: HashMap::new(),
+            tls,
             fence: TermFence::default(),
             host: host_tx.clone(),
             jobs: jobs_rx.clone(),

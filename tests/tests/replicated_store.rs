@@ -130,7 +130,7 @@ async fn follower_refuses_with_leader_hint_in_metadata() -> anyhow::Result<()> {
     let mut client = cluster.client()?;
     client.register_job("j", "").await?;
 
-    let mut direct = StoreClient::connect(format!("http://{}", cluster.addrs[&follower])).await?;
+    let mut direct = StoreClient::new(cluster.direct(follower).await?);
     let status = direct
         .allocate_checkpoint_id(AllocateCheckpointIdRequest { job_id: "j".into() })
         .await
@@ -141,11 +141,7 @@ async fn follower_refuses_with_leader_hint_in_metadata() -> anyhow::Result<()> {
     assert_eq!(hint.leader_addr, Some(cluster.addrs[&leader].to_string()));
 
     // Linearizable reads are refused on followers too.
-    let mut cc = cairn_proto::v1::cluster_client::ClusterClient::connect(format!(
-        "http://{}",
-        cluster.addrs[&follower]
-    ))
-    .await?;
+    let mut cc = cairn_proto::v1::cluster_client::ClusterClient::new(cluster.direct(follower).await?);
     let status = cc.status(cairn_proto::v1::StatusRequest {}).await.expect_err("follower status");
     assert_eq!(parse_not_leader(&status).and_then(|h| h.leader_id), Some(leader));
 
@@ -169,7 +165,7 @@ async fn bad_input_gets_precise_errors_and_changes_nothing() -> anyhow::Result<(
     client.allocate_checkpoint_id("j").await?;
     let before = cluster.replica(leader).map(|r| r.context().reader.data());
 
-    let mut direct = StoreClient::connect(format!("http://{}", cluster.addrs[&leader])).await?;
+    let mut direct = StoreClient::new(cluster.direct(leader).await?);
     let cases: Vec<(RegisterJobRequest, Code, &str)> = vec![
         (RegisterJobRequest { job_id: "../x".into(), ..Default::default() }, Code::InvalidArgument, "job_id"),
         (RegisterJobRequest { job_id: "".into(), ..Default::default() }, Code::InvalidArgument, "empty"),

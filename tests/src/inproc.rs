@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use cairn_coordinator::client::{AuthChannel, BearerAuth, ClientConfig, LeaderClient};
+use cairn_coordinator::client::{AuthChannel, ClientConfig, LeaderClient};
 use cairn_coordinator::config::{NodeConfig, Peer, RaftTiming, WorkerTiming};
 use cairn_coordinator::node::Replica;
 use cairn_coordinator::services::admin::AdminToken;
@@ -194,8 +194,7 @@ impl InProcCluster {
     /// A channel straight to one replica (no leader following) that carries the admin token.
     pub async fn direct(&self, id: NodeId) -> anyhow::Result<AuthChannel> {
         let addr = self.addrs.get(&id).ok_or_else(|| anyhow::anyhow!("no node {id}"))?;
-        let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))?.connect().await?;
-        Ok(AuthChannel::new(channel, BearerAuth::new(Some(self.admin_token()))?))
+        crate::direct_channel(&addr.to_string(), self.admin_token()).await
     }
 
     /// The admin token the replicas accept.

@@ -2,6 +2,7 @@
 //!
 //! - [`chaos`]: the container chaos suite behind `cairn-chaos` (schedule, nemesis, history,
 //!   invariants, report).
+//! - [`ctl`]: the real `cairnctl` binary, run as an operator would.
 //! - [`wait`]: bounded polling for a condition (tests never sleep to assert).
 //! - [`inproc`]: several replicas in one process, each on its own port-0 listener and temp dir,
 //!   stoppable and restartable from their data directories.
@@ -11,10 +12,22 @@
 //! The test suites live in `tests/tests/`; the benchmarks in `tests/src/bin/`.
 
 pub mod chaos;
+pub mod ctl;
 pub mod inproc;
 pub mod procs;
 pub mod scripted;
 pub mod wait;
+
+/// A channel straight to one replica at `addr` (no leader following) carrying the admin token,
+/// for tests that must talk to a particular replica (e.g. to see a follower's refusal).
+pub async fn direct_channel(
+    addr: &str,
+    token: &str,
+) -> anyhow::Result<cairn_coordinator::client::AuthChannel> {
+    use cairn_coordinator::client::{AuthChannel, BearerAuth};
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))?.connect().await?;
+    Ok(AuthChannel::new(channel, BearerAuth::new(Some(token))?))
+}
 
 /// Installs a test log subscriber once (honours `RUST_LOG`; quiet by default).
 pub fn init_test_logging() {

@@ -211,13 +211,12 @@ async fn paused_old_leader_commits_nothing_and_steps_down() -> anyhow::Result<()
         cluster.nodes.get(&old).ok_or_else(|| anyhow::anyhow!("gone"))?.resume()?;
         // The resumed replica learns the higher term and steps down.
         let old_addr = cluster.nodes[&old].addr.clone();
+        let token = cluster.admin_token().to_owned();
         wait::until("the old leader to step down", T, || {
-            let addr = old_addr.clone();
+            let (addr, token) = (old_addr.clone(), token.clone());
             async move {
-                let mut direct =
-                    cairn_proto::v1::cluster_client::ClusterClient::connect(format!("http://{addr}"))
-                        .await
-                        .ok()?;
+                let channel = cairn_tests::direct_channel(&addr, &token).await.ok()?;
+                let mut direct = cairn_proto::v1::cluster_client::ClusterClient::new(channel);
                 let st = direct.status(cairn_proto::v1::StatusRequest {}).await.err()?;
                 cairn_proto::leader_hint::parse_not_leader(&st).map(|_| ())
             }

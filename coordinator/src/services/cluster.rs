@@ -119,8 +119,9 @@ impl Cluster for ClusterService {
         &self,
         req: Request<AddLearnerRequest>,
     ) -> Result<Response<MembershipReply>, Status> {
+        let deadline = super::learner::catch_up_deadline(req.metadata());
         let req = req.into_inner();
-        add_learner(&self.ctx, req.node_id, &req.addr)
+        add_learner(&self.ctx, req.node_id, &req.addr, deadline)
             .await
             .map(|index| Response::new(membership_reply(&self.ctx, index)))
             .map_err(|e| e.into_status("AddLearner"))
@@ -141,20 +142,15 @@ impl Cluster for ClusterService {
     }
 }
 
-/// Adds a learner and waits until it caught up; returns the log index of the membership entry.
-/// Shared by `cairn.v1.Cluster` and `cairn.admin.v1.Admin`.
-pub(crate) async fn add_learner(ctx: &ReplicaContext, node_id: u64, addr: &str) -> Result<u64, NodeError> {
-    check_node_id(node_id)?;
-    if !crate::config::is_host_port(addr) {
-        return Err(NodeError::InvalidArgument(format!("addr {addr:?} is not a host:port address")));
-    }
-    let m = ctx.metrics();
-    if m.membership_config.membership().voter_ids().any(|v| v == node_id) {
-        return Err(NodeError::FailedPrecondition(format!("node {node_id} is already a voter")));
-    }
-    let resp = ctx.raft.add_learner(node_id, Node { addr: addr.to_owned() }, true).await?;
-    tracing::info!(node_id, addr = %addr, "learner added");
-    Ok(resp.log_id.index)
+/// Adds a learner and waits until it caught up (bounded by `deadline`); returns the log index of
+/// the membership entry. Shared by `cairn.v1.Cluster` and `cairn.admin.v1.Admin`.
+pub(crate) async fn add_learner(
+    ctx: &ReplicaContext,
+    node_id: u64,
+    addr: &str,
+    deadline: tokio::time::Instant,
+) -> Result<u64, NodeError> {
+    super::learner::add_learner(ctx, node_id, addr, deadline).await
 }
 
 /// Turns a learner into a voter; returns the log index of the membership entry.

@@ -3,9 +3,11 @@
 
 pub mod admin;
 mod cluster;
+mod learner;
 mod store;
 
 pub use cluster::ClusterService;
+pub use learner::{DEFAULT_CATCH_UP, catch_up_deadline};
 pub use store::StoreService;
 
 use cairn_raft::model::{Command, Outcome};

@@ -21,16 +21,21 @@ pub async fn run(ctx: &mut Ctx<'_>, cmd: ClusterCmd) -> Result<(), CtlError> {
                 .await?;
             ctx.emit(&reply, output::cluster_status)
         }
-        ClusterCmd::AddLearner { id, addr } => {
-            let req = AddLearnerRequest { node_id: id, addr: addr.clone(), request_id };
-            let reply = ctx
-                .session
+        ClusterCmd::AddLearner { id: node_id, addr } => {
+            let req = AddLearnerRequest { node_id, addr: addr.clone(), request_id };
+            let session = &ctx.session;
+            let reply = session
                 .call("add learner", Wait::Long, |ch| {
-                    let req = req.clone();
-                    async move { Ok(AdminClient::new(ch).add_learner(req).await?.into_inner()) }
+                    // The server waits for the learner until this deadline (less a margin for
+                    // its answer), then says why it did not catch up.
+                    let mut call = tonic::Request::new(req.clone());
+                    call.set_timeout(session.remaining());
+                    async move { Ok(AdminClient::new(ch).add_learner(call).await?.into_inner()) }
                 })
                 .await?;
-            ctx.emit(&reply, |r| output::membership(&format!("node {id} ({addr}) added as a learner"), r))
+            ctx.emit(&reply, |r| {
+                output::membership(&format!("node {node_id} ({addr}) added as a learner"), r)
+            })
         }
         ClusterCmd::Promote { id } => {
             let req = NodeRequest { node_id: id, request_id };

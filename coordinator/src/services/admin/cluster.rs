@@ -85,9 +85,10 @@ impl AdminService {
     pub(super) async fn add_learner(
         &self,
         req: pb::AddLearnerRequest,
+        deadline: tokio::time::Instant,
     ) -> Result<pb::MembershipReply, NodeError> {
         check_request_id(&req.request_id)?;
-        let index = shared::add_learner(&self.ctx, req.node_id, &req.addr).await?;
+        let index = shared::add_learner(&self.ctx, req.node_id, &req.addr, deadline).await?;
         Ok(self.membership_reply(index))
     }
 

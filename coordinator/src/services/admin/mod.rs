@@ -70,7 +70,8 @@ impl Admin for AdminService {
         &self,
         req: Request<pb::AddLearnerRequest>,
     ) -> Result<Response<pb::MembershipReply>, Status> {
-        answer("AddLearner", self.add_learner(req.into_inner()).await)
+        let deadline = crate::services::catch_up_deadline(req.metadata());
+        answer("AddLearner", self.add_learner(req.into_inner(), deadline).await)
     }
 
     async fn promote_learner(

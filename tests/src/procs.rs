@@ -201,7 +201,37 @@ impl ProcCluster {
 
     /// (Re)starts node `id` with its data directory.
     pub fn launch(&mut self, id: u64) -> anyhow::Result<()> {
-        let data_dir = self.root.path().join(format!("node-{id}"));
+        let peers = self.peers.clone();
+        self.launch_with_peers(id, &peers)
+    }
+
+    /// Starts stopped node `id` again as a new replica: its data directory wiped, and `--peers`
+    /// naming the other initial members only, so it waits to be added (`AddLearner`) instead of
+    /// initialising a cluster. Same address as before.
+    pub fn relaunch_fresh(&mut self, id: u64) -> anyhow::Result<()> {
+        if self.nodes.get(&id).is_some_and(CairnProcess::is_running) {
+            anyhow::bail!("node {id} is still running; stop it before wiping its data");
+        }
+        let data_dir = self.data_dir(id);
+        if data_dir.exists() {
+            std::fs::remove_dir_all(&data_dir)?;
+        }
+        let others = self
+            .peers
+            .split(',')
+            .filter(|p| p.split_once('=').is_none_or(|(pid, _)| pid != id.to_string()))
+            .collect::<Vec<_>>()
+            .join(",");
+        self.launch_with_peers(id, &others)
+    }
+
+    /// The data directory of node `id`.
+    pub fn data_dir(&self, id: u64) -> PathBuf {
+        self.root.path().join(format!("node-{id}"))
+    }
+
+    fn launch_with_peers(&mut self, id: u64, peers: &str) -> anyhow::Result<()> {
+        let data_dir = self.data_dir(id);
         let log = std::fs::OpenOptions::new().create(true).append(true).open(self.log_path(id))?;
         let node = self.nodes.get_mut(&id).ok_or_else(|| anyhow::anyhow!("no node {id}"))?;
         if node.child.is_some() {
@@ -215,7 +245,7 @@ impl ProcCluster {
             .arg("--data-dir")
             .arg(&data_dir)
             .arg("--peers")
-            .arg(&self.peers)
+            .arg(peers)
             .arg("--checkpoint-dir")
             .arg(self.root.path().join("checkpoints"))
             .arg("--admin-token-file")

@@ -2,93 +2,14 @@
 //! `cairn-worker` running the demo job. Every assertion reads what the operator would read: the
 //! exit code, the table, or the `--output json` reply.
 
-use std::path::{Path, PathBuf};
-use std::process::Output;
+use std::path::PathBuf;
 use std::time::Duration;
 
-use cairn_taskrt::demo::DemoJob;
-use cairn_taskrt::demo::source::SourceConfig;
+use cairn_tests::ctl::{Ctl, demo_graph, str_at, u64_at};
 use cairn_tests::procs::{ProcCluster, binary, failover_args, free_port};
 use cairn_tests::{init_test_logging, wait};
-use serde_json::Value;
 
 const T: Duration = Duration::from_secs(60);
-
-/// Runs `cairnctl` with a clean environment (no `CAIRN_*` variables leak in from the shell).
-struct Ctl {
-    bin: PathBuf,
-    endpoints: String,
-    token_file: Option<PathBuf>,
-}
-
-impl Ctl {
-    async fn run(&self, args: &[&str]) -> anyhow::Result<Output> {
-        let mut cmd = tokio::process::Command::new(&self.bin);
-        for var in ["CAIRN_ENDPOINTS", "CAIRN_ADMIN_TOKEN", "CAIRN_ADMIN_TOKEN_FILE"] {
-            cmd.env_remove(var);
-        }
-        cmd.env("CAIRN_ENDPOINTS", &self.endpoints);
-        if let Some(f) = &self.token_file {
-            cmd.env("CAIRN_ADMIN_TOKEN_FILE", f);
-        }
-        Ok(cmd.args(args).kill_on_drop(true).output().await?)
-    }
-
-    /// Runs and requires exit code `want`; returns stdout.
-    async fn expect(&self, want: i32, args: &[&str]) -> anyhow::Result<String> {
-        let out = self.run(args).await?;
-        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        anyhow::ensure!(
-            out.status.code() == Some(want),
-            "cairnctl {args:?} exited with {:?}, wanted {want}\nstdout: {stdout}\nstderr: {stderr}",
-            out.status.code()
-        );
-        Ok(stdout)
-    }
-
-    async fn ok(&self, args: &[&str]) -> anyhow::Result<String> {
-        self.expect(0, args).await
-    }
-
-    async fn json(&self, args: &[&str]) -> anyhow::Result<Value> {
-        let mut all = args.to_vec();
-        all.extend(["--output", "json"]);
-        let text = self.ok(&all).await?;
-        serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("cairnctl {args:?}: not JSON ({e}): {text}"))
-    }
-
-    /// The stderr of a run expected to fail with `want`.
-    async fn fails(&self, want: i32, args: &[&str]) -> anyhow::Result<String> {
-        let out = self.run(args).await?;
-        anyhow::ensure!(
-            out.status.code() == Some(want),
-            "cairnctl {args:?} exited with {:?}, wanted {want}\nstdout: {}\nstderr: {}",
-            out.status.code(),
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Ok(String::from_utf8_lossy(&out.stderr).into_owned())
-    }
-}
-
-fn demo_graph(output: &Path) -> DemoJob {
-    DemoJob {
-        source: SourceConfig { keys: 4, records_per_key: None, rate_per_sec: Some(500), batch: 16 },
-        output_dir: output.display().to_string(),
-        source_parallelism: 1,
-        parallelism: 2,
-        max_parallelism: 16,
-    }
-}
-
-fn u64_at(v: &Value, path: &[&str]) -> u64 {
-    path.iter().fold(v, |v, k| &v[k]).as_u64().unwrap_or(0)
-}
-
-fn str_at<'a>(v: &'a Value, path: &[&str]) -> &'a str {
-    path.iter().fold(v, |v, k| &v[k]).as_str().unwrap_or("")
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn operator_tour_against_a_three_replica_cluster() -> anyhow::Result<()> {
@@ -106,11 +27,7 @@ async fn operator_tour_against_a_three_replica_cluster() -> anyhow::Result<()> {
 }
 
 async fn tour(cluster: &ProcCluster) -> anyhow::Result<()> {
-    let ctl = Ctl {
-        bin: binary("cairnctl")?,
-        endpoints: cluster.addrs().join(","),
-        token_file: Some(cluster.admin_token_file().to_path_buf()),
-    };
+    let ctl = Ctl::for_cluster(cluster)?;
 
     // Cluster status: three voters, one leader (the first call also waits for the election).
     let status = ctl.json(&["cluster", "status", "--timeout", "60s"]).await?;
@@ -213,7 +130,7 @@ async fn tour(cluster: &ProcCluster) -> anyhow::Result<()> {
     assert!(!listed.to_string().contains(&sp_path.display().to_string()), "{listed}");
 
     // A wrong token is refused with exit 3, and nothing changes.
-    let wrong = Ctl { bin: ctl.bin.clone(), endpoints: ctl.endpoints.clone(), token_file: None };
+    let wrong = ctl.without_token();
     let err = wrong.fails(3, &["--token", "not-the-token", "job", "cancel", "demo"]).await?;
     assert!(err.contains("admin token"), "{err}");
     let err = wrong.fails(3, &["job", "cancel", "demo"]).await?;

@@ -11,6 +11,10 @@ use super::AdminService;
 use crate::error::NodeError;
 use crate::services::{cluster as shared, linearizable};
 
+/// How long one election attempt of a leadership transfer may take before it is tried again:
+/// more than a follower's leader lease plus an election.
+const TRANSFER_ATTEMPT: Duration = Duration::from_secs(5);
+
 /// A node this many entries behind the leader (or fewer) counts as caught up.
 const HEALTHY_LAG: u64 = 10;
 
@@ -156,41 +160,59 @@ impl AdminService {
                 "node {to} did not take over leadership within {timeout:?}; the current leader stays"
             ))
         };
-        // 1. The target has every entry the leader has.
-        let mut rx = self.ctx.raft.metrics();
-        let caught_up = tokio::time::timeout_at(deadline, async {
-            rx.wait_for(|m| {
-                let last = m.last_log_index;
-                let matched =
-                    m.replication.as_ref().and_then(|r| r.get(&to)).and_then(|l| l.map(|l| l.index));
-                last.is_some() && matched == last
-            })
-            .await
-            .map(|m| m.current_term)
-        })
-        .await;
-        let term = match caught_up {
-            Ok(Ok(term)) => term,
-            Ok(Err(_)) => return Err(NodeError::Stopped("raft stopped".into())),
-            Err(_) => return Err(expired()),
-        };
-        // 2. The target starts an election.
-        super::transfer::ask_to_elect(&addr, self.ctx.id, term, deadline, self.ctx.peer_tls.as_ref()).await?;
-        // 3. It leads, as far as this replica can see.
-        let mut rx = self.ctx.raft.metrics();
-        let led = tokio::time::timeout_at(deadline, async {
-            rx.wait_for(|m| m.current_leader == Some(to) && m.current_term > term)
+        // openraft 0.9 has no transfer primitive, and a follower refuses votes while it still
+        // holds the leader's lease, so one election request may lose: the target's campaign can
+        // end with this replica or a third one leading again. Repeat until the target leads;
+        // when a third replica took over, answer not-leader so the client continues there.
+        loop {
+            let m = self.ctx.metrics();
+            if m.current_leader == Some(to) {
+                tracing::info!(from = self.ctx.id, to, term = m.current_term, "leadership transferred");
+                return Ok(pb::TransferLeadershipReply { leader_id: to, term: m.current_term });
+            }
+            if m.current_leader != Some(self.ctx.id) {
+                let leader_addr = m
+                    .current_leader
+                    .and_then(|l| m.membership_config.membership().get_node(&l).map(|n| n.addr.clone()));
+                return Err(NodeError::NotLeader(cairn_proto::leader_hint::LeaderHint {
+                    leader_id: m.current_leader,
+                    leader_addr,
+                }));
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(expired());
+            }
+            // 1. The target has every entry the leader has.
+            let mut rx = self.ctx.raft.metrics();
+            let caught_up = tokio::time::timeout_at(deadline, async {
+                rx.wait_for(|m| {
+                    let last = m.last_log_index;
+                    let matched =
+                        m.replication.as_ref().and_then(|r| r.get(&to)).and_then(|l| l.map(|l| l.index));
+                    last.is_some() && matched == last
+                })
                 .await
                 .map(|m| m.current_term)
-        })
-        .await;
-        match led {
-            Ok(Ok(new_term)) => {
-                tracing::info!(from = self.ctx.id, to, term = new_term, "leadership transferred");
-                Ok(pb::TransferLeadershipReply { leader_id: to, term: new_term })
+            })
+            .await;
+            let term = match caught_up {
+                Ok(Ok(term)) => term,
+                Ok(Err(_)) => return Err(NodeError::Stopped("raft stopped".into())),
+                Err(_) => return Err(expired()),
+            };
+            // 2. The target starts an election.
+            super::transfer::ask_to_elect(&addr, self.ctx.id, term, deadline, self.ctx.peer_tls.as_ref())
+                .await?;
+            // 3. Someone leads in a later term (or the attempt's time is up): check who.
+            let attempt_end = deadline.min(tokio::time::Instant::now() + TRANSFER_ATTEMPT);
+            let mut rx = self.ctx.raft.metrics();
+            let settled = tokio::time::timeout_at(attempt_end, async {
+                rx.wait_for(|m| m.current_term > term && m.current_leader.is_some()).await.map(|_| ())
+            })
+            .await;
+            if let Ok(Err(_)) = settled {
+                return Err(NodeError::Stopped("raft stopped".into()));
             }
-            Ok(Err(_)) => Err(NodeError::Stopped("raft stopped".into())),
-            Err(_) => Err(expired()),
         }
     }
 }

@@ -129,6 +129,9 @@ pub struct RetainedProblem {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RetainedScan {
     pub at_ms: u64,
+    /// The job's status at the second store read: a terminal job's checkpoints are discarded
+    /// by the retention policy (Flink's default), so its scans check nothing.
+    pub job_status: String,
     pub retained_before: Vec<u64>,
     pub retained_after: Vec<u64>,
     pub files_checked: usize,

@@ -69,6 +69,7 @@ fn clean() -> History {
         });
         h.retained_scans.push(RetainedScan {
             at_ms: at + 30,
+            job_status: "running".into(),
             retained_before: view(i).completed_ids,
             retained_after: view(i).completed_ids,
             files_checked: 6,
@@ -284,4 +285,19 @@ fn a_slow_recovery_fails_liveness() {
     let v = every_fault_recovered(&h, 10);
     assert!(!v.passed());
     assert!(v.failures[0].contains("bound 10 ms"), "{v}");
+}
+
+#[test]
+fn files_discarded_after_the_job_finished_are_not_a_violation() {
+    let mut h = clean();
+    let mut last = h.retained_scans[h.retained_scans.len() - 1].clone();
+    last.at_ms += 1_000;
+    last.job_status = "finished".into();
+    last.problems.push(RetainedProblem { id: 10, what: "chk-10/_metadata missing".into() });
+    h.retained_scans.push(last.clone());
+    assert!(failing(&h).is_empty(), "{:?}", failing(&h));
+    // The same problem while the job runs is one.
+    last.job_status = "running".into();
+    h.retained_scans.push(last);
+    only_fails(&h, "4 ");
 }

@@ -223,6 +223,7 @@ impl Observer {
         let Some(after) = self.store().await else { return };
         self.rec.retained_scans.push(RetainedScan {
             at_ms,
+            job_status: after.status.clone(),
             retained_before: before.completed_ids,
             retained_after: after.completed_ids,
             files_checked,

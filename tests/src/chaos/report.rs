@@ -77,13 +77,8 @@ pub fn render(h: &History, verdicts: &[Verdict], replay: &str, run_secs: u64) ->
     let _ = writeln!(s);
     let _ = writeln!(
         s,
-        "{:<24} {:>5}  {:>9} {:>9} {:>9}  {}",
-        "fault kind",
-        "count",
-        "p50",
-        "p99",
-        "max",
-        "(time to recover: injection -> first checkpoint after it)"
+        "{:<24} {:>5}  {:>9} {:>9} {:>9}  (time to recover: injection -> first checkpoint after it)",
+        "fault kind", "count", "p50", "p99", "max"
     );
     for k in figures(h) {
         let note = if k.unrecovered() > 0 {

@@ -265,7 +265,7 @@ impl Nemesis {
                     Ok(p) => say(
                         t0,
                         format!(
-                            "recovered: checkpoint {} completed, {:.1} s after the fault",
+                            "recovered: checkpoint {} completed (seen {:.1} s after the injection)",
                             p.latest_checkpoint,
                             (now_ms().saturating_sub(injected)) as f64 / 1e3
                         ),
@@ -299,6 +299,9 @@ impl Nemesis {
         record
     }
 
+    /// Carries out one fault. The injection time is taken once the fault is in place (the
+    /// Docker command returned), so a checkpoint triggered before cannot count as a recovery;
+    /// a restart counts from its start (SIGTERM), as it is one step.
     async fn apply(
         &mut self,
         planned: &PlannedFault,
@@ -310,16 +313,16 @@ impl Nemesis {
             FaultKind::KillLeader => {
                 let c = self.leader(progress).await?;
                 record.target = c.clone();
-                record.injected_ms = now_ms();
                 nemesis::kill(&c).await?;
+                record.injected_ms = now_ms();
                 tokio::time::sleep(window).await;
                 nemesis::start(&c).await?;
             }
             FaultKind::PauseLeader => {
                 let c = self.leader(progress).await?;
                 record.target = c.clone();
-                record.injected_ms = now_ms();
                 nemesis::pause(&c).await?;
+                record.injected_ms = now_ms();
                 tokio::time::sleep(window).await;
                 nemesis::unpause(&c).await?;
             }
@@ -346,6 +349,7 @@ impl Nemesis {
                 let dir = self.fill_dir.clone();
                 let (path, bytes) = tokio::task::spawn_blocking(move || nemesis::fill(&dir)).await??;
                 self.filler = Some(path.clone());
+                record.injected_ms = now_ms();
                 record.target = format!("{} ({} MiB)", self.fill_dir.display(), bytes >> 20);
                 tokio::time::sleep(window).await;
                 nemesis::free(&path)?;
@@ -361,8 +365,8 @@ impl Nemesis {
         let state = nemesis::inspect(c, &net).await?;
         self.aliases.retain(|(name, _)| name != c);
         self.aliases.push((c.to_owned(), state.aliases));
-        record.injected_ms = now_ms();
         nemesis::disconnect(&net, c).await?;
+        record.injected_ms = now_ms();
         tokio::time::sleep(window).await;
         self.reconnect(c).await
     }

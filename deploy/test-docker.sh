@@ -28,19 +28,13 @@ for arg in "$@"; do
   esac
 done
 
-if docker compose version >/dev/null 2>&1; then
-  compose_bin=(docker compose)
-elif command -v docker-compose >/dev/null; then
-  compose_bin=(docker-compose)
-else
-  echo "test-docker.sh: neither \`docker compose\` nor \`docker-compose\` is available" >&2
-  exit 1
-fi
+# shellcheck source=deploy/compose-cmd.sh
+source "$here/compose-cmd.sh"
 
 project=cairntest$$$RANDOM
 work=$(mktemp -d)
 export CAIRN_ADMIN_TOKEN_FILE=$work/secrets/admin-token
-compose() { "${compose_bin[@]}" -p "$project" -f "$compose_file" "$@"; }
+compose() { "${compose_cmd[@]}" -p "$project" -f "$compose_file" "$@"; }
 replicas=(cairn-1 cairn-2 cairn-3)
 endpoints=cairn-1:7400,cairn-2:7400,cairn-3:7400
 started=$SECONDS
@@ -143,7 +137,7 @@ fi
 docker image inspect "$CAIRN_IMAGE" >/dev/null
 
 "$here/compose/gen-secrets.sh" "$CAIRN_ADMIN_TOKEN_FILE" >/dev/null
-log "starting project $project (${compose_bin[*]})"
+log "starting project $project (${compose_cmd[*]})"
 compose up -d 2>&1 | sed 's/^/    /'
 
 for r in "${replicas[@]}"; do

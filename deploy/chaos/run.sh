@@ -35,14 +35,8 @@ for arg in "$@"; do
   esac
 done
 
-if docker compose version >/dev/null 2>&1; then
-  compose_cmd=(docker compose)
-elif command -v docker-compose >/dev/null; then
-  compose_cmd=(docker-compose)
-else
-  echo "run.sh: neither 'docker compose' nor docker-compose is available" >&2
-  exit 2
-fi
+# shellcheck source=deploy/compose-cmd.sh
+source "$repo/deploy/compose-cmd.sh"
 if [[ $(id -u) -ne 0 ]]; then
   echo "run.sh: run as root: the nemesis fills the checkpoint volume through its host directory" >&2
   exit 2

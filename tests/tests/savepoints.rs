@@ -89,6 +89,19 @@ async fn stop_with_savepoint_then_restore_continues_exactly_once() -> anyhow::Re
     .await?;
     let a = client.get_job("a").await?;
     assert!(a.savepoint_ids.contains(&sp.checkpoint_id));
+    // A finished job keeps no checkpoints (Flink's default retention): the store forgets them
+    // first, then their files go; the savepoint stays.
+    wait::until("job a's retained checkpoints to be discarded", T, || {
+        let mut c = client.clone();
+        async move { c.get_job("a").await.ok()?.completed_checkpoint_ids.is_empty().then_some(()) }
+    })
+    .await?;
+    wait::until("the manual checkpoint's directory to be deleted", T, || {
+        let gone = !std::path::Path::new(&cp.location).exists();
+        async move { gone.then_some(()) }
+    })
+    .await?;
+    assert!(std::path::Path::new(&sp.location).join("_metadata").exists(), "the savepoint must stay");
 
     // A new job restored from the savepoint: IDs continue above it, the output continues.
     client.register_job("b", &spec(&output, Some(&sp.location))).await?;

@@ -30,6 +30,10 @@ pub enum Command {
     DisposeSavepoint { job: JobId, checkpoint_id: u64 },
     /// Removes a job in a terminal state; the outcome returns its retained checkpoints.
     RemoveJob { job: JobId },
+    /// Forgets the retained checkpoints of a job in a terminal state whose retention policy
+    /// discards them (Flink's `NEVER_RETAIN_AFTER_TERMINATION`); the outcome returns them as
+    /// [`Outcome::Subsumed`], and their files may be deleted only after this commit.
+    DiscardRetainedCheckpoints { job: JobId },
     /// Replaces the job's checkpoint statistics summary (owned by the coordinator, opaque here),
     /// so that counts and latest entries survive a leader change.
     RecordStats { job: JobId, stats: serde_json::Value },
@@ -58,6 +62,7 @@ impl Command {
             | Self::RegisterSavepoint { job, .. }
             | Self::DisposeSavepoint { job, .. }
             | Self::RemoveJob { job }
+            | Self::DiscardRetainedCheckpoints { job }
             | Self::BeginAttempt { job }
             | Self::RecordStats { job, .. }
             | Self::RecordRequest { job, .. } => job,
@@ -77,6 +82,7 @@ impl Command {
             Self::RegisterSavepoint { .. } => "register_savepoint",
             Self::DisposeSavepoint { .. } => "dispose_savepoint",
             Self::RemoveJob { .. } => "remove_job",
+            Self::DiscardRetainedCheckpoints { .. } => "discard_retained_checkpoints",
             Self::BeginAttempt { .. } => "begin_attempt",
             Self::RecordStats { .. } => "record_stats",
             Self::Deduplicated { .. } => "deduplicated",

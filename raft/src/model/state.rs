@@ -73,6 +73,15 @@ impl StateMachineData {
             let (checkpoints, savepoints) = removed.map(|j| (j.completed, j.savepoints)).unwrap_or_default();
             return Ok(Outcome::JobRemoved { checkpoints, savepoints });
         }
+        if let Command::DiscardRetainedCheckpoints { .. } = cmd {
+            if !job.status.is_terminal() {
+                return Err(CommandError::JobNotTerminal {
+                    job: job_id.clone(),
+                    status: job.status.to_string(),
+                });
+            }
+            return Ok(Outcome::Subsumed { checkpoints: std::mem::take(&mut job.completed) });
+        }
         // Forgetting a savepoint is allowed after the job ended (e.g. after stop-with-savepoint).
         if job.status.is_terminal() && !matches!(cmd, Command::DisposeSavepoint { .. }) {
             return Err(CommandError::JobTerminal { job: job_id.clone(), status: job.status.to_string() });
@@ -120,6 +129,7 @@ fn apply_to_live_job(job: &mut JobRecord, cmd: &Command) -> Result<Outcome, Comm
     match cmd {
         Command::RegisterJob { .. }
         | Command::RemoveJob { .. }
+        | Command::DiscardRetainedCheckpoints { .. }
         | Command::Deduplicated { .. }
         | Command::RecordRequest { .. } => {
             unreachable!("handled by StateMachineData::apply")

@@ -122,6 +122,19 @@ fn a_counter_that_goes_back_fails_invariant_1() {
 }
 
 #[test]
+fn checkpoints_discarded_when_the_job_finished_are_not_a_violation() {
+    let mut h = clean();
+    let last = h.observations.last_mut().expect("observations");
+    last.job.status = "finished".into();
+    last.job.completed_ids.clear();
+    assert!(failing(&h).is_empty(), "{:?}", failing(&h));
+    // A running job whose latest checkpoint drops is still a violation.
+    let last = h.observations.last_mut().expect("observations");
+    last.job.status = "running".into();
+    only_fails(&h, "1 ");
+}
+
+#[test]
 fn an_id_that_comes_back_after_leaving_the_store_fails_invariant_1() {
     let mut h = clean();
     // Checkpoint 1 was subsumed by the 4th read; the 6th shows it again.

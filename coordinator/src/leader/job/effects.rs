@@ -235,8 +235,18 @@ impl JobDriver {
                 });
             }
             Action::DiscardJobCheckpoints { dirs, .. } => {
+                let (ctx, job) = (self.ctx.clone(), self.job.clone());
                 self.io.spawn(async move {
-                    let _ = tokio::task::spawn_blocking(move || remove_paths(&dirs, &[])).await;
+                    // The store forgets the checkpoints first, so it never lists one whose files
+                    // are gone; if that commit fails, the files stay (a leak, never a dangling
+                    // reference).
+                    match propose(&ctx, Command::DiscardRetainedCheckpoints { job: job.clone() }).await {
+                        Ok(_) => {
+                            let _ = tokio::task::spawn_blocking(move || remove_paths(&dirs, &[])).await;
+                        }
+                        Err(e) => tracing::warn!(job = %job, error = %e,
+                            "the store still lists the terminated job's checkpoints; their files are kept"),
+                    }
                 });
             }
             Action::DiscardAckedState { files, .. } => {

@@ -139,6 +139,26 @@ fn terminal_jobs_accept_nothing_but_removal() {
 }
 
 #[test]
+fn retained_checkpoints_are_discarded_only_after_termination() {
+    let mut sm = StateMachineData::default();
+    register(&mut sm, "a", 2);
+    for _ in 0..2 {
+        let id = allocate(&mut sm, "a");
+        add(&mut sm, "a", id).unwrap();
+    }
+    let before = sm.clone();
+    let err = sm.apply(&Command::DiscardRetainedCheckpoints { job: jid("a") }).unwrap_err();
+    assert!(matches!(err, CommandError::JobNotTerminal { .. }));
+    assert_eq!(sm, before, "a refused discard changes nothing");
+    sm.apply(&Command::SetJobStatus { job: jid("a"), status: JobStatus::Canceled }).unwrap();
+    let out = sm.apply(&Command::DiscardRetainedCheckpoints { job: jid("a") }).unwrap();
+    assert_eq!(out, Outcome::Subsumed { checkpoints: vec![cp(1), cp(2)] });
+    let job = &sm.jobs[&jid("a")];
+    assert!(job.completed.is_empty());
+    assert_eq!(job.next_checkpoint_id, 3, "the counter is untouched: ids are never reused");
+}
+
+#[test]
 fn stats_are_recorded_as_objects_only() {
     let mut sm = StateMachineData::default();
     register(&mut sm, "a", 1);

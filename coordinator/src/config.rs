@@ -8,7 +8,10 @@
 //! - `election_timeout_min/max = 800ms / 1600ms`: at least 8 heartbeats fit in the shortest
 //!   timeout, so a couple of lost heartbeats, a slow fsync or a scheduler hiccup on a loaded
 //!   machine does not depose a healthy leader; the spread randomizes candidates to avoid split
-//!   votes. Leader failover therefore takes about 1-2 s, small next to checkpoint intervals.
+//!   votes. openraft 0.9 also gives the leader a lease of `election_timeout_max`: a follower
+//!   that heard from the leader refuses votes for that long, and its own election fires only
+//!   after lease + timeout (2.4-3.2 s with these values). Leader failover therefore takes
+//!   about 2.5-3 s, small next to checkpoint intervals; lower both bounds to fail over faster.
 //! - `snapshot_after_logs = 5000`, `logs_to_keep = 1000`: the state machine is small (per-job
 //!   records), so snapshots are cheap; the log stays bounded, and a follower that lags by
 //!   fewer than 1000 entries catches up from the log without a snapshot transfer.

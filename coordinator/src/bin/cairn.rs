@@ -195,14 +195,7 @@ async fn main() -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(&config.listen)
         .await
         .with_context(|| format!("cannot listen on {} (is another replica running there?)", config.listen))?;
-    let metrics_listener = match &config.metrics_listen {
-        Some(addr) => Some(
-            tokio::net::TcpListener::bind(addr)
-                .await
-                .with_context(|| format!("cannot serve metrics on {addr} (--metrics-listen)"))?,
-        ),
-        None => None,
-    };
+    let metrics_listener = cairn_taskrt::exporter::bind(config.metrics_listen.as_deref()).await?;
     let replica = Replica::start(config, listener).await?;
     let (stop_metrics, metrics_stopped) = tokio::sync::oneshot::channel::<()>();
     let metrics_server = metrics_listener.map(|listener| {

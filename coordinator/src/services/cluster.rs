@@ -17,6 +17,32 @@ use crate::leader::LeaderHandle;
 use crate::node::ReplicaContext;
 
 #[derive(Clone)]
+/// What a status call reports, read after confirming leadership (linearizable).
+pub(crate) struct RaftStatus {
+    pub metrics: RaftMetrics,
+    /// The committed log index (openraft's metrics do not carry it).
+    pub committed: Option<u64>,
+    pub leader_addr: Option<String>,
+}
+
+pub(crate) async fn raft_status(ctx: &ReplicaContext) -> Result<RaftStatus, NodeError> {
+    linearizable(ctx).await?;
+    let committed = ctx
+        .raft
+        .with_raft_state(|st| st.committed.map(|l| l.index))
+        .await
+        .map_err(|e| NodeError::Stopped(e.to_string()))?;
+    let metrics = ctx.metrics();
+    let leader_addr = leader_addr(&metrics);
+    Ok(RaftStatus { metrics, committed, leader_addr })
+}
+
+/// The address of the leader `m` knows of, from the membership.
+pub(crate) fn leader_addr(m: &RaftMetrics) -> Option<String> {
+    m.current_leader
+        .and_then(|l| m.membership_config.membership().get_node(&l).map(|n: &Node| n.addr.clone()))
+}
+
 pub struct ClusterService {
     ctx: ReplicaContext,
     leader: LeaderHandle,
@@ -64,22 +90,11 @@ impl Cluster for ClusterService {
     async fn status(&self, _req: Request<StatusRequest>) -> Result<Response<ClusterStatus>, Status> {
         const WHAT: &str = "Status";
         let run = async {
-            linearizable(&self.ctx).await?;
-            let committed = self
-                .ctx
-                .raft
-                .with_raft_state(|st| st.committed.map(|l| l.index))
-                .await
-                .map_err(|e| NodeError::Stopped(e.to_string()))?;
-            let m = self.ctx.metrics();
-            let leader_addr = m
-                .current_leader
-                .and_then(|l| m.membership_config.membership().get_node(&l).map(|n: &Node| n.addr.clone()))
-                .unwrap_or_default();
+            let RaftStatus { metrics: m, committed, leader_addr } = raft_status(&self.ctx).await?;
             Ok(ClusterStatus {
                 node_id: self.ctx.id,
                 leader_id: m.current_leader.unwrap_or(0),
-                leader_addr,
+                leader_addr: leader_addr.unwrap_or_default(),
                 term: m.current_term,
                 last_log_index: m.last_log_index.unwrap_or(0),
                 commit_index: committed.unwrap_or(0),

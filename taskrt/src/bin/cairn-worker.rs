@@ -91,14 +91,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
 async fn serve(config: WorkerConfig) -> anyhow::Result<()> {
     // Handlers first: a SIGTERM that arrives while the worker starts must still stop it cleanly.
     let mut signals = ShutdownSignals::install().context("installing the SIGTERM/SIGINT handlers")?;
-    let metrics_listener = match &config.metrics_listen {
-        Some(addr) => Some(
-            tokio::net::TcpListener::bind(addr)
-                .await
-                .with_context(|| format!("cannot serve metrics on {addr} (--metrics-listen)"))?,
-        ),
-        None => None,
-    };
+    let metrics_listener = exporter::bind(config.metrics_listen.as_deref()).await?;
     let mut registry = exporter::new_registry();
     let task_metrics = metrics_listener.as_ref().map(|_| TaskMetrics::register(&mut registry));
     let mut worker = Worker::start_instrumented(config, OperatorRegistry::with_builtins(), task_metrics)?;

@@ -54,22 +54,12 @@ pub(super) fn nodes(m: &RaftMetrics) -> Vec<pb::NodeStatus> {
 
 impl AdminService {
     pub(super) async fn cluster_status(&self) -> Result<pb::ClusterStatusReply, NodeError> {
-        linearizable(&self.ctx).await?;
-        let committed = self
-            .ctx
-            .raft
-            .with_raft_state(|st| st.committed.map(|l| l.index))
-            .await
-            .map_err(|e| NodeError::Stopped(e.to_string()))?;
-        let m = self.ctx.metrics();
-        let leader_addr = m
-            .current_leader
-            .and_then(|l| m.membership_config.membership().get_node(&l).map(|n| n.addr.clone()))
-            .unwrap_or_default();
+        let shared::RaftStatus { metrics: m, committed, leader_addr } =
+            shared::raft_status(&self.ctx).await?;
         Ok(pb::ClusterStatusReply {
             node_id: self.ctx.id,
             leader_id: m.current_leader.unwrap_or(0),
-            leader_addr,
+            leader_addr: leader_addr.unwrap_or_default(),
             term: m.current_term,
             last_log_index: m.last_log_index.unwrap_or(0),
             commit_index: committed.unwrap_or(0),
@@ -171,12 +161,9 @@ impl AdminService {
                 return Ok(pb::TransferLeadershipReply { leader_id: to, term: m.current_term });
             }
             if m.current_leader != Some(self.ctx.id) {
-                let leader_addr = m
-                    .current_leader
-                    .and_then(|l| m.membership_config.membership().get_node(&l).map(|n| n.addr.clone()));
                 return Err(NodeError::NotLeader(cairn_proto::leader_hint::LeaderHint {
                     leader_id: m.current_leader,
-                    leader_addr,
+                    leader_addr: shared::leader_addr(&m),
                 }));
             }
             if tokio::time::Instant::now() >= deadline {

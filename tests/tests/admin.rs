@@ -411,8 +411,14 @@ async fn cluster_status_and_leadership_transfer() -> anyhow::Result<()> {
     assert!(format!("{r:?}").contains("not a voter"), "{r:?}");
 
     let target = (1..=3).find(|id| *id != leader).unwrap_or(1);
-    let reply = admin(&mut c, |mut a| async move {
-        a.transfer_leadership(TransferLeadershipRequest { to_node_id: target, timeout_ms: 10_000 }).await
+    // A transfer may take several election attempts (followers honour the old leader's lease):
+    // give one attempt the call's whole time, as cairnctl does.
+    let mut long = LeaderClient::new(
+        cluster.addrs.values().map(|a| a.to_string()),
+        ClientConfig { attempt_timeout: Duration::from_secs(20), ..cluster.client_config() },
+    )?;
+    let reply = admin(&mut long, |mut a| async move {
+        a.transfer_leadership(TransferLeadershipRequest { to_node_id: target, timeout_ms: 20_000 }).await
     })
     .await?;
     assert_eq!(reply.leader_id, target);

@@ -242,7 +242,6 @@ impl TermRuntime {
             drivers: JoinSet::new(),
             next_session: 1,
             last_heartbeat_sent: Instant::now(),
-            last_tick: Instant::now(),
         };
         let task = tokio::spawn(rt.run(rx, stop_rx));
         Self { handle, stop: Some(stop_tx), task }
@@ -285,9 +284,6 @@ struct Runtime {
     grace_over: bool,
     next_session: u64,
     last_heartbeat_sent: Instant,
-    /// When the liveness tick last ran: a long gap means this process was paused or starved,
-    /// not that the workers went quiet.
-    last_tick: Instant,
 }
 
 impl Runtime {
@@ -374,17 +370,6 @@ impl Runtime {
             }
         }
         let timeout = self.options.workers.heartbeat_timeout;
-        let stalled = now.duration_since(self.last_tick);
-        self.last_tick = now;
-        if stalled > timeout / 2 {
-            // Heartbeats sent while this replica did not run (SIGSTOP, a VM pause, starvation)
-            // were never read: judging workers by them would cancel healthy tasks, and a paused
-            // leader is likely deposed anyway. Credit every worker with the stalled time.
-            tracing::warn!(stalled = ?stalled, "the coordinator runtime did not run for a while; not counting that time against workers");
-            for w in self.workers.values_mut() {
-                w.last_seen = (w.last_seen + stalled).min(now);
-            }
-        }
         let lost: Vec<String> = self
             .workers
             .iter()

@@ -330,8 +330,34 @@ impl LeaderClient {
 fn is_transient(status: &Status) -> bool {
     match status.code() {
         Code::Unavailable | Code::Cancelled | Code::DeadlineExceeded => true,
-        // tonic reports broken connections (reset mid-call, h2 errors) as Unknown.
-        Code::Unknown => std::error::Error::source(status).is_some(),
+        // tonic reports a broken connection (a reset mid-call, a GOAWAY from a replica that is
+        // shutting down) as Unknown or Internal with the h2/transport error as its source. A
+        // status a replica sent has no source, so a replica's own Internal errors are final.
+        Code::Unknown | Code::Internal => std::error::Error::source(status).is_some(),
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use tonic::Status;
+
+    use super::is_transient;
+
+    #[test]
+    fn a_broken_connection_is_retried_but_a_replica_error_is_final() {
+        let refused = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset by peer");
+        let mut goaway = Status::internal("h2 protocol error: http2 error");
+        goaway.set_source(Arc::new(refused));
+        assert!(is_transient(&goaway), "a local transport failure must be retried");
+
+        assert!(!is_transient(&Status::internal("state machine failed")));
+        assert!(!is_transient(&Status::unknown("handler panicked")));
+        assert!(!is_transient(&Status::invalid_argument("bad job id")));
+        assert!(is_transient(&Status::unavailable("not the leader")));
+        let local = Status::from_error(Box::new(std::io::Error::other("broken pipe")));
+        assert!(is_transient(&local));
     }
 }

@@ -10,6 +10,7 @@
 //! The task gateway reaches the current runtime through [`LeaderHandle::current`].
 
 pub mod job;
+mod liveness;
 pub mod runtime;
 
 use std::path::PathBuf;

@@ -21,6 +21,7 @@ use super::LeaderOptions;
 use super::job::{
     JobDriver, JobHandle, JobInput, JobView, StartRefusal, StartedReply, TriggerKey, TriggerReply,
 };
+use super::liveness::Liveness;
 use crate::checkpoint::TriggerKind;
 use crate::node::ReplicaContext;
 
@@ -230,6 +231,8 @@ impl TermRuntime {
             tx,
         };
         let (stop_tx, stop_rx) = oneshot::channel();
+        let tick_every = options.workers.heartbeat_interval.min(Duration::from_millis(200));
+        let options_timeout = options.workers.heartbeat_timeout;
         let rt = Runtime {
             grace_until: Instant::now() + options.workers.reattach_grace,
             grace_over: false,
@@ -242,6 +245,8 @@ impl TermRuntime {
             drivers: JoinSet::new(),
             next_session: 1,
             last_heartbeat_sent: Instant::now(),
+            tick_every,
+            liveness: Liveness::new(options_timeout, tick_every, Instant::now()),
         };
         let task = tokio::spawn(rt.run(rx, stop_rx));
         Self { handle, stop: Some(stop_tx), task }
@@ -266,7 +271,6 @@ struct Worker {
     session: u64,
     slots: u32,
     outbox: mpsc::Sender<LeaderMessage>,
-    last_seen: Instant,
     connected: bool,
 }
 
@@ -284,14 +288,16 @@ struct Runtime {
     grace_over: bool,
     next_session: u64,
     last_heartbeat_sent: Instant,
+    /// The liveness tick's period.
+    tick_every: Duration,
+    liveness: Liveness,
 }
 
 impl Runtime {
     async fn run(mut self, mut rx: mpsc::Receiver<RuntimeCmd>, mut stop: oneshot::Receiver<()>) {
         let term = self.handle.term;
         self.discover_jobs(true);
-        let tick_every = self.options.workers.heartbeat_interval.min(Duration::from_millis(200));
-        let mut tick = tokio::time::interval(tick_every);
+        let mut tick = tokio::time::interval(self.tick_every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
@@ -369,14 +375,13 @@ impl Runtime {
                 job.send(JobInput::GraceEnded).await;
             }
         }
-        let timeout = self.options.workers.heartbeat_timeout;
-        let lost: Vec<String> = self
-            .workers
-            .iter()
-            .filter(|(_, w)| now.duration_since(w.last_seen) > timeout)
-            .map(|(id, _)| id.clone())
-            .collect();
-        for id in lost {
+        let verdict = self.liveness.tick(now);
+        if let Some(stalled) = verdict.stalled {
+            tracing::warn!(stalled = ?stalled, workers = self.workers.len(),
+                "the coordinator runtime did not run for a while; not counting that time against workers");
+        }
+        let timeout = self.liveness.timeout();
+        for id in verdict.lost {
             self.workers.remove(&id);
             self.ctx.telemetry.set_registered_workers(self.workers.len());
             tracing::warn!(worker = %id, timeout = ?timeout, "worker lost: no heartbeat");
@@ -431,21 +436,18 @@ impl Runtime {
                 }
             }
             RuntimeCmd::Heartbeat { worker_id, session } => {
-                if let Some(w) = self.workers.get_mut(&worker_id)
-                    && w.session == session
-                {
-                    w.last_seen = Instant::now();
+                if self.workers.get(&worker_id).is_some_and(|w| w.session == session) {
+                    self.liveness.seen(&worker_id, Instant::now());
                 }
             }
             RuntimeCmd::Report { worker_id, session, msg, reply } => {
-                let current = self.workers.get_mut(&worker_id).filter(|w| w.session == session);
-                let Some(w) = current else {
+                if self.workers.get(&worker_id).is_none_or(|w| w.session != session) {
                     let _ = reply.send(Err(Status::failed_precondition(format!(
                         "worker {worker_id:?} session {session} is not attached to this leader; register again"
                     ))));
                     return;
-                };
-                w.last_seen = Instant::now();
+                }
+                self.liveness.seen(&worker_id, Instant::now());
                 let job = match JobId::new(msg.task().task.job.clone()) {
                     Ok(j) => j,
                     Err(e) => {
@@ -550,14 +552,9 @@ impl Runtime {
         }
         self.workers.insert(
             info.worker_id.clone(),
-            Worker {
-                session,
-                slots: info.slots,
-                outbox: outbox.clone(),
-                last_seen: Instant::now(),
-                connected: true,
-            },
+            Worker { session, slots: info.slots, outbox: outbox.clone(), connected: true },
         );
+        self.liveness.seen(&info.worker_id, Instant::now());
         self.ctx.telemetry.set_registered_workers(self.workers.len());
         tracing::info!(worker = %info.worker_id, session, slots = info.slots, tasks = info.tasks.len(), term = self.handle.term, "worker attached");
         // Hand each job the tasks of it that the worker runs; tell the worker to cancel tasks of

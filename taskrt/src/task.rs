@@ -469,6 +469,17 @@ impl Task {
                 tracing::debug!(task = %self.id, checkpoint_id = id, "asynchronous part cancelled");
                 Ok(())
             }
+            Err(source) if checkpoint_dir_discarded(&source, id) => {
+                // The coordinator discards the directory of a checkpoint it aborted (as Flink
+                // does); a task whose asynchronous part was still writing into it can learn of
+                // the abort this way before the notification arrives. That is no failure of the
+                // task: decline (a late decline is ignored, and one for a checkpoint still
+                // pending counts against its tolerable failures) and go on.
+                tracing::info!(task = %self.id, checkpoint_id = id, error = %source,
+                    "checkpoint directory discarded while writing; declining the checkpoint");
+                self.decline(id, DeclineReason::SnapshotFailed(source.to_string())).await;
+                Ok(())
+            }
             Err(source) => {
                 self.decline(id, DeclineReason::SnapshotFailed(source.to_string())).await;
                 Err(TaskError::AsyncSnapshot { checkpoint_id: id, source })
@@ -620,4 +631,12 @@ async fn wait_until(deadline: Option<Instant>) {
     if let Some(d) = deadline {
         sleep_until(d.into()).await;
     }
+}
+
+/// Whether a snapshot failed because its own checkpoint directory (`chk-<id>`) vanished: a write
+/// or sync inside it found it gone.
+fn checkpoint_dir_discarded(err: &StateError, checkpoint_id: u64) -> bool {
+    let StateError::Io { path, source } = err else { return false };
+    let chk = format!("chk-{checkpoint_id}");
+    source.kind() == std::io::ErrorKind::NotFound && path.components().any(|c| c.as_os_str() == chk.as_str())
 }

@@ -113,6 +113,42 @@ async fn failing_asynchronous_part_declines_and_fails_the_task_exactly_once() {
     assert_eq!(files_under(&dir.path().join("job")), Vec::<PathBuf>::new());
 }
 
+/// Fails writes into `chk-1/` as if the coordinator had just discarded that directory.
+struct DiscardedCheckpointOne;
+impl WriteHook for DiscardedCheckpointOne {
+    fn before_write(&self, path: &Path) -> std::io::Result<()> {
+        if path.components().any(|c| c.as_os_str() == "chk-1") {
+            return Err(std::io::Error::new(std::io::ErrorKind::NotFound, "directory removed"));
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_checkpoint_directory_discarded_by_the_coordinator_declines_without_failing_the_task() {
+    init_tracing();
+    let dir = tempfile::tempdir().unwrap();
+    let storage = CheckpointStorage::new(dir.path(), "job").with_write_hook(Arc::new(DiscardedCheckpointOne));
+    let mut h = source_harness(storage);
+    h.wait_running().await;
+    h.control(1, trigger(1)).await;
+    match h.next_checkpoint_report().await {
+        TaskMessage::Decline { checkpoint_id: 1, reason: DeclineReason::SnapshotFailed(e), .. } => {
+            assert!(e.contains("chk-1"), "{e}")
+        }
+        other => panic!("expected a decline of checkpoint 1, got {other:?}"),
+    }
+    // The task goes on: the next checkpoint is acknowledged.
+    h.control(1, trigger(2)).await;
+    match h.next_checkpoint_report().await {
+        TaskMessage::Acknowledge { checkpoint_id: 2, .. } => {}
+        other => panic!("expected an acknowledgement of checkpoint 2, got {other:?}"),
+    }
+    assert_eq!(h.monitor.current_state(), cairn_taskrt::lifecycle::TaskState::Running);
+    h.control(1, ToTask::Cancel).await;
+    assert_eq!(h.handle.await.unwrap(), TaskOutcome::Canceled);
+}
+
 /// Holds every write until released; counts writes started.
 #[derive(Default)]
 struct Gate {

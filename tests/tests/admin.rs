@@ -415,10 +415,14 @@ async fn cluster_status_and_leadership_transfer() -> anyhow::Result<()> {
     // give one attempt the call's whole time, as cairnctl does.
     let mut long = LeaderClient::new(
         cluster.addrs.values().map(|a| a.to_string()),
-        ClientConfig { attempt_timeout: Duration::from_secs(20), ..cluster.client_config() },
+        ClientConfig {
+            attempt_timeout: Duration::from_secs(40),
+            deadline: Duration::from_secs(60),
+            ..cluster.client_config()
+        },
     )?;
     let reply = admin(&mut long, |mut a| async move {
-        a.transfer_leadership(TransferLeadershipRequest { to_node_id: target, timeout_ms: 20_000 }).await
+        a.transfer_leadership(TransferLeadershipRequest { to_node_id: target, timeout_ms: 30_000 }).await
     })
     .await?;
     assert_eq!(reply.leader_id, target);

@@ -154,6 +154,9 @@ impl AdminService {
         // holds the leader's lease, so one election request may lose: the target's campaign can
         // end with this replica or a third one leading again. Repeat until the target leads;
         // when a third replica took over, answer not-leader so the client continues there.
+        // Meanwhile this replica does not campaign itself once it steps down, so the elections
+        // that follow are between the target (which starts them) and at most one other.
+        let _no_campaign = NoCampaign::new(&self.ctx.raft);
         loop {
             let m = self.ctx.metrics();
             if m.current_leader == Some(to) {
@@ -201,6 +204,22 @@ impl AdminService {
                 return Err(NodeError::Stopped("raft stopped".into()));
             }
         }
+    }
+}
+
+/// Keeps this replica's election timer off while it lives.
+struct NoCampaign<'a>(&'a cairn_raft::types::Raft);
+
+impl<'a> NoCampaign<'a> {
+    fn new(raft: &'a cairn_raft::types::Raft) -> Self {
+        raft.runtime_config().elect(false);
+        Self(raft)
+    }
+}
+
+impl Drop for NoCampaign<'_> {
+    fn drop(&mut self) {
+        self.0.runtime_config().elect(true);
     }
 }
 

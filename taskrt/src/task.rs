@@ -33,6 +33,7 @@ use crate::state::StateError;
 use crate::state::restore::load;
 use crate::state::snapshot::{SnapshotTarget, remove_files};
 use crate::state::storage::CheckpointStorage;
+use cairn_storage::checkpoint::CheckpointLayout;
 
 /// Everything a task is built from.
 pub struct TaskSetup {
@@ -637,6 +638,6 @@ async fn wait_until(deadline: Option<Instant>) {
 /// or sync inside it found it gone.
 fn checkpoint_dir_discarded(err: &StateError, checkpoint_id: u64) -> bool {
     let StateError::Io { path, source } = err else { return false };
-    let chk = format!("chk-{checkpoint_id}");
+    let chk = CheckpointLayout::chk_rel(checkpoint_id);
     source.kind() == std::io::ErrorKind::NotFound && path.components().any(|c| c.as_os_str() == chk.as_str())
 }

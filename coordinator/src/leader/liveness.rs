@@ -41,6 +41,11 @@ impl Liveness {
         self.timeout
     }
 
+    /// The period `tick` is meant to be called at.
+    pub(crate) fn tick_every(&self) -> Duration {
+        self.tick_every
+    }
+
     /// Something arrived from `worker` (or it attached) at `now`.
     pub(crate) fn seen(&mut self, worker: &str, now: Instant) {
         match self.last_seen.get_mut(worker) {

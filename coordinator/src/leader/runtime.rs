@@ -232,7 +232,7 @@ impl TermRuntime {
         };
         let (stop_tx, stop_rx) = oneshot::channel();
         let tick_every = options.workers.heartbeat_interval.min(Duration::from_millis(200));
-        let options_timeout = options.workers.heartbeat_timeout;
+        let liveness = Liveness::new(options.workers.heartbeat_timeout, tick_every, Instant::now());
         let rt = Runtime {
             grace_until: Instant::now() + options.workers.reattach_grace,
             grace_over: false,
@@ -245,8 +245,7 @@ impl TermRuntime {
             drivers: JoinSet::new(),
             next_session: 1,
             last_heartbeat_sent: Instant::now(),
-            tick_every,
-            liveness: Liveness::new(options_timeout, tick_every, Instant::now()),
+            liveness,
         };
         let task = tokio::spawn(rt.run(rx, stop_rx));
         Self { handle, stop: Some(stop_tx), task }
@@ -288,8 +287,6 @@ struct Runtime {
     grace_over: bool,
     next_session: u64,
     last_heartbeat_sent: Instant,
-    /// The liveness tick's period.
-    tick_every: Duration,
     liveness: Liveness,
 }
 
@@ -297,7 +294,7 @@ impl Runtime {
     async fn run(mut self, mut rx: mpsc::Receiver<RuntimeCmd>, mut stop: oneshot::Receiver<()>) {
         let term = self.handle.term;
         self.discover_jobs(true);
-        let mut tick = tokio::time::interval(self.tick_every);
+        let mut tick = tokio::time::interval(self.liveness.tick_every());
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {

@@ -127,7 +127,7 @@ pub struct NodeConfig {
     /// The admin token itself (from `CAIRN_ADMIN_TOKEN`; never read from flags or the file, so it
     /// stays out of `ps` and configuration dumps). Takes precedence over `admin_token_file`.
     #[serde(skip)]
-    pub admin_token: Option<crate::services::admin::AdminToken>,
+    pub admin_token: Option<crate::auth::AdminToken>,
 }
 
 impl Default for NodeConfig {
@@ -271,8 +271,8 @@ impl NodeConfig {
     /// `admin_token_file`, or, for a single-node cluster with neither, a token generated into
     /// `<data_dir>/admin-token` (mode 0600) on first start and reused afterwards. A replica with
     /// peers must be given one. Call after the data directory exists.
-    pub fn resolve_admin_token(&self) -> Result<crate::services::admin::AdminToken, ConfigError> {
-        use crate::services::admin::AdminToken;
+    pub fn resolve_admin_token(&self) -> Result<crate::auth::AdminToken, ConfigError> {
+        use crate::auth::AdminToken;
         if let Some(t) = &self.admin_token {
             return Ok(t.clone());
         }
@@ -329,12 +329,12 @@ impl NodeConfig {
 pub const ADMIN_TOKEN_FILE: &str = "admin-token";
 
 /// Reads and validates a token file (one line; a trailing newline is ignored).
-pub fn read_token_file(path: &Path) -> Result<crate::services::admin::AdminToken, ConfigError> {
+pub fn read_token_file(path: &Path) -> Result<crate::auth::AdminToken, ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|e| {
         ConfigError::AdminToken(format!("cannot read the token file {}: {e}", path.display()))
     })?;
     let token = text.strip_suffix('\n').map(|t| t.strip_suffix('\r').unwrap_or(t)).unwrap_or(&text);
-    crate::services::admin::AdminToken::new(token)
+    crate::auth::AdminToken::new(token)
         .map_err(|e| ConfigError::AdminToken(format!("token file {}: {e}", path.display())))
 }
 
@@ -442,7 +442,7 @@ mod tests {
         cluster.admin_token_file = Some(dir.path().join("missing"));
         assert!(cluster.resolve_admin_token().unwrap_err().to_string().contains("missing"));
         // The value itself wins over the file.
-        cluster.admin_token = Some(crate::services::admin::AdminToken::new("fedcba9876543210").unwrap());
+        cluster.admin_token = Some(crate::auth::AdminToken::new("fedcba9876543210").unwrap());
         assert_eq!(cluster.resolve_admin_token().unwrap().expose(), "fedcba9876543210");
     }
 

@@ -16,8 +16,8 @@ use cairn_proto::v1::task_gateway_server::{TaskGateway, TaskGatewayServer};
 use cairn_proto::v1::{
     LeaderMessage, RegisterWorker, Registered, WorkerMessage, leader_message, worker_message,
 };
+use cairn_protocol::messages::TaskMessage;
 use cairn_raft::model::JobId;
-use cairn_taskrt::protocol::TaskMessage;
 use futures::Stream;
 use tokio::sync::mpsc;
 use tokio_stream::StreamExt;
@@ -26,7 +26,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::leader::job::error_message;
 use crate::leader::{LeaderHandle, TermHandle, WorkerInfo};
-use crate::node::ReplicaContext;
+use crate::replica::ReplicaContext;
 
 /// Largest message a worker may send (acknowledgements carry state handles).
 pub const MAX_WORKER_MESSAGE_BYTES: usize = 16 * 1024 * 1024;

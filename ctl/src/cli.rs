@@ -302,8 +302,8 @@ fn checkpoint_id() -> clap::builder::RangedU64ValueParser<u64> {
 
 /// `host:port`, with an optional `http://` in front.
 pub fn parse_endpoint(s: &str) -> Result<String, String> {
-    let e = cairn_proto::tls::strip_scheme(s);
-    if cairn_coordinator::config::is_host_port(e) {
+    let e = cairn_proto::addr::strip_scheme(s);
+    if cairn_proto::addr::is_host_port(e) {
         Ok(e.to_owned())
     } else {
         Err(format!("{s:?} is not a host:port address (e.g. 127.0.0.1:7400)"))
@@ -311,7 +311,7 @@ pub fn parse_endpoint(s: &str) -> Result<String, String> {
 }
 
 pub fn parse_job_id(s: &str) -> Result<String, String> {
-    cairn_raft::model::JobId::new(s).map(|id| id.as_str().to_owned()).map_err(|e| e.to_string())
+    cairn_protocol::job::JobId::new(s).map(|id| id.as_str().to_owned()).map_err(|e| e.to_string())
 }
 
 pub fn parse_duration(s: &str) -> Result<Duration, String> {

@@ -4,7 +4,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use cairn_coordinator::client::{AuthChannel, ClientConfig, LeaderClient};
+use cairn_client::{AuthChannel, ClientConfig, LeaderClient};
 use tokio::time::Instant;
 use tonic::Status;
 

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use cairn_coordinator::client::ClientError;
+use cairn_client::ClientError;
 use tonic::Code;
 
 use crate::token::TokenError;

@@ -10,7 +10,7 @@
 //! - [`output`]: tables for people, JSON for scripts.
 //! - [`errors`]: every failure as one line, and the exit code scripts rely on.
 //!
-//! A call goes to any endpoint and follows the leader (`cairn_coordinator::client::LeaderClient`).
+//! A call goes to any endpoint and follows the leader (`cairn_client::LeaderClient`).
 //! A mutating command carries one request id for all its retries, so the cluster acts once.
 
 pub mod cli;

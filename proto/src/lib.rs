@@ -3,9 +3,11 @@
 //! replicas, the workers, the CLI) speaks exactly the same messages.
 //!
 //! It also owns the conventions that are part of the contract but not expressible in protobuf:
-//! the metadata keys that carry leader hints on a not-leader error ([`leader_hint`]), and how every
-//! connection loads and uses its TLS material ([`tls`]).
+//! the metadata keys that carry leader hints on a not-leader error ([`leader_hint`]), how every
+//! connection loads and uses its TLS material ([`tls`]), and how replica addresses are written
+//! and compared ([`addr`]).
 
+pub mod addr;
 pub mod leader_hint;
 pub mod tls;
 

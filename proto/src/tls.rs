@@ -183,14 +183,6 @@ pub fn endpoint(addr: &str, tls: Option<&ClientTls>) -> Result<Endpoint, tonic::
     }
 }
 
-/// `host:port` of an endpoint given with or without a scheme (`http://`, `https://`) and
-/// trailing slash.
-pub fn strip_scheme(endpoint: &str) -> &str {
-    let e = endpoint.trim();
-    let e = e.strip_prefix("https://").or_else(|| e.strip_prefix("http://")).unwrap_or(e);
-    e.trim_end_matches('/')
-}
-
 fn read(what: &'static str, path: &Path) -> Result<Vec<u8>, TlsError> {
     std::fs::read(path).map_err(|source| {
         if source.kind() == std::io::ErrorKind::NotFound {
@@ -427,8 +419,8 @@ mod tests {
         let tls = TlsFiles { ca_file: Some(ca), ..TlsFiles::default() }.load_client().unwrap();
         assert_eq!(endpoint("127.0.0.1:7400", Some(&tls)).unwrap().uri().scheme_str(), Some("https"));
         assert_eq!(endpoint("127.0.0.1:7400", None).unwrap().uri().scheme_str(), Some("http"));
-        assert_eq!(strip_scheme(" https://h:1/ "), "h:1");
-        assert_eq!(strip_scheme("http://h:1"), "h:1");
-        assert_eq!(strip_scheme("h:1"), "h:1");
+        assert_eq!(crate::addr::strip_scheme(" https://h:1/ "), "h:1");
+        assert_eq!(crate::addr::strip_scheme("http://h:1"), "h:1");
+        assert_eq!(crate::addr::strip_scheme("h:1"), "h:1");
     }
 }

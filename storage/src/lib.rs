@@ -10,8 +10,9 @@
 //!   row together with the last applied log id in one transaction, and keeps the current
 //!   snapshot durable. [`SnapshotBuilder`] builds snapshots from it.
 //! - [`StateReader`] is the read side the coordinator uses after linearizable reads.
-//! - [`checkpoint`] is the separate checkpoint *data* storage (state handles, directory layout,
-//!   `_metadata` files); it does not touch the Raft database.
+//!
+//! Checkpoint *data* (state handles, directory layout, `_metadata` files) is not here: it is
+//! the contract between coordinator and tasks, in `cairn-protocol`.
 //!
 //! Both stores share one sled [`Db`](sled::Db) per node, opened by [`open`]; the trees and keys
 //! it uses are documented in [`layout`]. Every persisted value is JSON (self-describing, so a
@@ -22,7 +23,6 @@
 // helpers behind the trait methods return it too, so that errors pass through unchanged.
 #![allow(clippy::result_large_err, reason = "StorageError is the error type openraft's traits require")]
 
-pub mod checkpoint;
 mod codec;
 pub mod layout;
 mod log_store;

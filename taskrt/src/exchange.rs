@@ -13,9 +13,9 @@ use std::task::Poll;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
-use crate::graph::Partitioning;
-use crate::keygroups::subtask_for_key;
-use crate::protocol::CheckpointOptions;
+use cairn_protocol::graph::Partitioning;
+use cairn_protocol::keygroups::subtask_for_key;
+use cairn_protocol::messages::CheckpointOptions;
 
 /// A data record. Records are plain `u64` triples, which is all the demo pipeline and the
 /// benchmarks need and keeps the hot path allocation-free.

@@ -7,19 +7,17 @@
 //!
 //! | module | owns |
 //! | --- | --- |
-//! | [`graph`] | the job graph (JSON), its validation and typed errors |
-//! | [`protocol`] | the coordinator ⇄ task messages (plain serde data), term fencing, restore descriptors |
 //! | [`link`] | the in-process coordinator link (bounded channels) |
 //! | [`lifecycle`] | the task state machine and its legal transitions |
 //! | [`operator`], [`registry`] | the operator contract and the kinds a graph may name |
 //! | [`chain`] | the operators of one task and the order lifecycle calls reach them |
 //! | [`task`] | the mailbox loop of one task |
-//! | [`exchange`], [`keygroups`] | channels between subtasks, partitioning, key → key group → subtask |
+//! | [`exchange`] | channels between subtasks, partitioning (key → key group → subtask) |
 //! | [`checkpoint`] | barrier alignment (pure) and the asynchronous snapshot pool |
-//! | [`state`] | keyed and list state, snapshot files (full / incremental, CRC-32), restore and rescaling |
+//! | [`state`] | keyed and list state, snapshot files (full / incremental, CRC-32), loading an assigned restore |
 //! | [`runtime`] | deploying a job graph in-process ([`runtime::LocalJob`]) |
 //! | [`metrics`] | observable per-task counters and last checkpoint figures |
-//! | [`exporter`] | Prometheus metrics: the `/metrics` endpoint (shared with `cairn`), per-subtask checkpoint figures |
+//! | [`exporter`] | per-subtask checkpoint figures for the worker's `/metrics` |
 //! | [`demo`] | the demo pipeline (sequence source → keyed counter → 2PC file sink) and its verifier |
 //! | [`testkit`] | a scripted coordinator for tests and benchmarks |
 //! | [`worker`] | the `cairn-worker run` process: leader following over the task gateway, sessions, the job host |
@@ -63,16 +61,12 @@ pub mod checkpoint;
 pub mod demo;
 pub mod exchange;
 pub mod exporter;
-pub mod graph;
-pub mod keygroups;
 pub mod lifecycle;
 pub mod link;
 pub mod metrics;
 pub mod operator;
-pub mod protocol;
 pub mod registry;
 pub mod runtime;
-pub mod shutdown;
 pub mod state;
 pub mod task;
 pub mod testkit;

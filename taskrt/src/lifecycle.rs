@@ -7,7 +7,7 @@
 
 use std::fmt;
 
-use crate::protocol::TaskStatus;
+use cairn_protocol::messages::TaskStatus;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TaskState {

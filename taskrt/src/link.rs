@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use tokio::sync::mpsc;
 
-use crate::protocol::{CoordinatorMessage, TaskAttemptId, TaskMessage};
+use cairn_protocol::messages::{CoordinatorMessage, TaskAttemptId, TaskMessage};
 
 /// The task's end.
 #[derive(Debug)]

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use cairn_storage::checkpoint::TaskCheckpointMetrics;
+use cairn_protocol::checkpoint::TaskCheckpointMetrics;
 use tokio::sync::watch;
 
 use crate::exporter::TaskSeries;

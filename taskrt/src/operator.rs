@@ -176,3 +176,31 @@ pub trait Operator: Send {
     /// Releases resources; called exactly once for every created operator, whatever happened.
     fn dispose(&mut self) {}
 }
+
+/// Builds operators of one kind. `create` must be free of side effects.
+pub trait OperatorFactory: Send + Sync {
+    fn create(&self, config: &serde_json::Value, info: &TaskInfo) -> Result<Box<dyn Operator>, String>;
+}
+
+/// A factory from a closure.
+pub struct FnFactory<F> {
+    f: F,
+}
+
+impl<F> FnFactory<F>
+where
+    F: Fn(&serde_json::Value, &TaskInfo) -> Result<Box<dyn Operator>, String> + Send + Sync,
+{
+    pub fn new(f: F) -> Self {
+        Self { f }
+    }
+}
+
+impl<F> OperatorFactory for FnFactory<F>
+where
+    F: Fn(&serde_json::Value, &TaskInfo) -> Result<Box<dyn Operator>, String> + Send + Sync,
+{
+    fn create(&self, config: &serde_json::Value, info: &TaskInfo) -> Result<Box<dyn Operator>, String> {
+        (self.f)(config, info)
+    }
+}

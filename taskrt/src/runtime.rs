@@ -1,16 +1,16 @@
 //! Deploying a job graph in-process: one tokio task per subtask, wired by bounded channels.
 //!
-//! [`LocalJob::deploy`] validates the graph against the registry, computes each subtask's
-//! restore descriptor (key-group range and handles, via [`crate::state::assign`]) when restoring,
-//! creates one channel per connected (upstream, downstream) subtask pair, builds every operator
+//! [`LocalJob::deploy`] validates the graph against the registry's catalog, hands every subtask
+//! exactly the restore it was assigned (the leader computes the [`StateAssignment`] once, with
+//! `cairn_protocol::assign::assign_states`), creates one channel per connected (upstream,
+//! downstream) subtask pair, builds every operator
 //! chain, connects every task to a [`CoordinatorLink`], and spawns the tasks. The returned
 //! [`LocalJob`] owns the join handles (nothing runs detached) and the coordinator's end of the
 //! link; [`LocalJob::kill`] aborts everything abruptly, as a crashed worker would.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 
-use cairn_storage::checkpoint::CheckpointMetadata;
+use cairn_protocol::assign::StateAssignment;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tracing::Instrument;
@@ -18,18 +18,16 @@ use tracing::Instrument;
 use crate::chain::{ChainMember, OperatorChain};
 use crate::checkpoint::pool::SnapshotPool;
 use crate::exchange::{EdgeOutput, InputGate, OutputGate, StreamElement};
-use crate::graph::{GraphError, JobGraph, Partitioning, is_valid_id};
 use crate::link::CoordinatorLink;
 use crate::metrics::{TaskMonitor, task_observer};
 use crate::operator::TaskInfo;
-use crate::protocol::{TaskAttemptId, TaskId, TaskRestore};
 use crate::registry::OperatorRegistry;
-use crate::state::StateError;
-use crate::state::assign::assign_vertex;
 use crate::state::keyed::KeyedStateBackend;
 use crate::state::list::OperatorStateBackend;
 use crate::state::storage::CheckpointStorage;
 use crate::task::{TaskOutcome, TaskSetup, run_task};
+use cairn_protocol::graph::{GraphError, JobGraph, Partitioning, is_valid_id};
+use cairn_protocol::messages::{TaskAttemptId, TaskId};
 
 /// Sizes and modes of an in-process deployment. Defaults are defined here only.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,14 +57,6 @@ impl Default for RuntimeOptions {
     }
 }
 
-/// A completed checkpoint (or savepoint) to restore from.
-#[derive(Debug, Clone)]
-pub struct JobRestore {
-    pub metadata: CheckpointMetadata,
-    /// What the metadata's relative paths resolve against.
-    pub base_dir: PathBuf,
-}
-
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct JobDeployment {
@@ -75,7 +65,9 @@ pub struct JobDeployment {
     /// Attempt number of every task of this deployment (bump it on each restart).
     pub attempt: u32,
     pub storage: CheckpointStorage,
-    pub restore: Option<JobRestore>,
+    /// What each subtask restores (every subtask of the graph must be covered); `None` starts
+    /// every subtask empty.
+    pub restore: Option<StateAssignment>,
     pub options: RuntimeOptions,
 }
 
@@ -87,8 +79,17 @@ pub enum DeployError {
     Graph(#[from] GraphError),
     #[error("operator {operator:?} cannot be created: {reason}")]
     Operator { operator: String, reason: String },
-    #[error("cannot assign restored state: {0}")]
-    Restore(#[from] StateError),
+    #[error("the restore assignment has no entry for subtask {subtask} of vertex {vertex:?}")]
+    MissingRestore { vertex: String, subtask: u32 },
+    #[error(
+        "the restore assignment gives subtask {subtask} of vertex {vertex:?} key groups {assigned:?}, but it owns {owned:?}"
+    )]
+    RestoreRangeMismatch {
+        vertex: String,
+        subtask: u32,
+        assigned: cairn_protocol::checkpoint::KeyGroupRange,
+        owned: cairn_protocol::checkpoint::KeyGroupRange,
+    },
 }
 
 /// One spawned task.
@@ -148,16 +149,7 @@ impl LocalJob {
         if !is_valid_id(&d.job_id) {
             return Err(DeployError::InvalidJobId(d.job_id));
         }
-        d.graph.validate(registry)?;
-        let mut restores: BTreeMap<String, Vec<Option<TaskRestore>>> = BTreeMap::new();
-        if let Some(r) = &d.restore {
-            for v in &d.graph.vertices {
-                restores.insert(
-                    v.id.clone(),
-                    assign_vertex(&r.metadata, &r.base_dir, v)?.into_iter().map(Some).collect(),
-                );
-            }
-        }
+        d.graph.validate(registry.catalog())?;
         let mut wiring = wire(&d.graph, d.options.channel_capacity);
         let mut link = CoordinatorLink::new(d.options.report_capacity, d.options.control_capacity);
         let mut tasks = Vec::new();
@@ -171,24 +163,39 @@ impl LocalJob {
                     max_parallelism: v.max_parallelism,
                     attempt: d.attempt,
                 };
-                let range =
-                    crate::keygroups::range_of(v.max_parallelism, v.parallelism, i).ok_or_else(|| {
+                let range = cairn_protocol::keygroups::range_of(v.max_parallelism, v.parallelism, i)
+                    .ok_or_else(|| {
                         DeployError::Graph(GraphError::ParallelismAboveMax {
                             vertex: v.id.clone(),
                             parallelism: v.parallelism,
                             max_parallelism: v.max_parallelism,
                         })
                     })?;
+                let restore = match &d.restore {
+                    None => None,
+                    Some(a) => {
+                        let r = a.task(&v.id, i).cloned().ok_or_else(|| DeployError::MissingRestore {
+                            vertex: v.id.clone(),
+                            subtask: i,
+                        })?;
+                        if r.key_groups != range {
+                            return Err(DeployError::RestoreRangeMismatch {
+                                vertex: v.id.clone(),
+                                subtask: i,
+                                assigned: r.key_groups,
+                                owned: range,
+                            });
+                        }
+                        Some(r)
+                    }
+                };
+                let is_source = registry.catalog().is_source_kind(&v.operator.kind).unwrap_or(false);
                 let mut members = Vec::new();
-                let mut is_source = false;
-                for (pos, (op_id, spec)) in v.operators().enumerate() {
+                for (op_id, spec) in v.operators() {
                     let err = |reason: String| DeployError::Operator { operator: op_id.to_owned(), reason };
                     let factory = registry
                         .get(&spec.kind)
                         .ok_or_else(|| err(format!("unknown kind {:?}", spec.kind)))?;
-                    if pos == 0 {
-                        is_source = factory.is_source();
-                    }
                     members.push(ChainMember {
                         id: op_id.to_owned(),
                         operator: factory.create(&spec.config, &info).map_err(err)?,
@@ -212,10 +219,7 @@ impl LocalJob {
                     outputs: OutputGate::new(wiring.outputs.remove(&key).unwrap_or_default()),
                     control: task_link.control,
                     reports: task_link.reports,
-                    restore: restores
-                        .get_mut(&v.id)
-                        .and_then(|r| r.get_mut(i as usize))
-                        .and_then(Option::take),
+                    restore,
                     storage: d.storage.clone(),
                     pool: pool.clone(),
                     incremental: d.options.incremental,

@@ -14,7 +14,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use cairn_storage::checkpoint::{KeyGroupRange, TaskCheckpointMetrics};
+use cairn_protocol::checkpoint::{KeyGroupRange, TaskCheckpointMetrics};
 use tokio::sync::mpsc;
 use tokio::time::sleep_until;
 
@@ -25,15 +25,15 @@ use crate::exchange::{Barrier, ExchangeError, InputEvent, InputGate, OutputGate,
 use crate::lifecycle::{IllegalTransition, TaskState};
 use crate::metrics::{AckedCheckpoint, TaskCounters, TaskObserver};
 use crate::operator::{OperatorError, SourcePoll};
-use crate::protocol::{
-    CheckpointOptions, CoordinatorMessage, DeclineReason, TaskAttemptId, TaskMessage, TaskRestore, TermFence,
-    ToTask,
-};
 use crate::state::StateError;
 use crate::state::restore::load;
 use crate::state::snapshot::{SnapshotTarget, remove_files};
 use crate::state::storage::CheckpointStorage;
-use cairn_storage::checkpoint::CheckpointLayout;
+use cairn_protocol::assign::TaskRestore;
+use cairn_protocol::checkpoint::CheckpointLayout;
+use cairn_protocol::messages::{
+    CheckpointOptions, CoordinatorMessage, DeclineReason, TaskAttemptId, TaskMessage, TermFence, ToTask,
+};
 
 /// Everything a task is built from.
 pub struct TaskSetup {

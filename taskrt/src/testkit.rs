@@ -3,7 +3,7 @@
 //! It stands in for the real (Raft-backed) coordinator with the same observable contract on the
 //! task side: it triggers source tasks periodically (one checkpoint pending at a time), collects
 //! acknowledgements, completes a checkpoint when every task acknowledged it (writing its
-//! `_metadata` through `cairn_storage`), and only then notifies every task; a decline aborts the
+//! `_metadata` through `cairn_protocol::checkpoint`), and only then notifies every task; a decline aborts the
 //! checkpoint and notifies the abort. It remembers the latest completed checkpoint so a test can
 //! redeploy the job from it, and it keeps its checkpoint-id counter across redeployments so ids
 //! are never reused.
@@ -11,16 +11,18 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use cairn_storage::checkpoint::metadata::METADATA_VERSION;
-use cairn_storage::checkpoint::{
+use cairn_protocol::checkpoint::metadata::METADATA_VERSION;
+use cairn_protocol::checkpoint::{
     CheckpointMetadata, MetadataPointer, SubtaskState, TaskCheckpointMetrics, VertexInfo, write_metadata,
 };
 
-use crate::graph::JobGraph;
-use crate::protocol::{
+use cairn_protocol::assign::{AssignError, StateAssignment, assign_states};
+use cairn_protocol::graph::JobGraph;
+use cairn_protocol::messages::{
     CheckpointOptions, CoordinatorMessage, DeclineReason, TaskAttemptId, TaskMessage, TaskStatus, ToTask,
 };
-use crate::runtime::{JobRestore, LocalJob};
+
+use crate::runtime::LocalJob;
 use crate::state::storage::CheckpointStorage;
 
 /// Something the coordinator observed, in order.
@@ -47,7 +49,7 @@ pub enum DriveError {
     #[error("timed out after {0:?}; events so far: {1}")]
     Timeout(Duration, String),
     #[error("writing checkpoint metadata failed: {0}")]
-    Metadata(#[from] cairn_storage::checkpoint::MetadataError),
+    Metadata(#[from] cairn_protocol::checkpoint::MetadataError),
 }
 
 pub struct ScriptedCoordinator {
@@ -106,12 +108,10 @@ impl ScriptedCoordinator {
         self.pending.clear();
     }
 
-    /// The latest completed checkpoint, to redeploy from.
-    pub fn restore(&self) -> Option<JobRestore> {
-        self.latest.as_ref().map(|(meta, _)| JobRestore {
-            metadata: meta.clone(),
-            base_dir: self.storage.job_dir().to_owned(),
-        })
+    /// The latest completed checkpoint assigned onto `graph` (as the leader would), to
+    /// redeploy from; `None` when nothing completed yet.
+    pub fn restore(&self, graph: &JobGraph) -> Option<Result<StateAssignment, AssignError>> {
+        self.latest.as_ref().map(|(meta, _)| assign_states(meta, self.storage.job_dir(), graph, false))
     }
 
     pub fn latest_completed(&self) -> Option<&CheckpointMetadata> {

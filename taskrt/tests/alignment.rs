@@ -4,8 +4,9 @@ mod common;
 
 use std::time::Duration;
 
+use cairn_protocol::checkpoint::CheckpointKind;
+use cairn_protocol::messages::{CheckpointOptions, DeclineReason, TaskMessage, ToTask};
 use cairn_taskrt::exchange::{Barrier, StreamElement};
-use cairn_taskrt::protocol::{CheckpointKind, CheckpointOptions, DeclineReason, TaskMessage, ToTask};
 use cairn_taskrt::state::storage::CheckpointStorage;
 use common::*;
 

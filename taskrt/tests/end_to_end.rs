@@ -42,13 +42,15 @@ fn deploy(
     attempt: u32,
     incremental: bool,
 ) -> LocalJob {
+    let graph = job.graph();
+    let restore = coordinator.restore(&graph).transpose().expect("the latest checkpoint maps onto the graph");
     LocalJob::deploy(
         JobDeployment {
             job_id: "demo".into(),
-            graph: job.graph(),
+            graph,
             attempt,
             storage: storage.clone(),
-            restore: coordinator.restore(),
+            restore,
             options: RuntimeOptions { incremental, ..RuntimeOptions::default() },
         },
         &OperatorRegistry::with_builtins(),

@@ -5,11 +5,14 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
+use cairn_protocol::checkpoint::CheckpointKind;
+use cairn_protocol::graph::{ChainedOperator, Edge, JobGraph, OperatorSpec, Partitioning, Vertex};
+use cairn_protocol::messages::{CheckpointOptions, CoordinatorMessage, ToTask};
+use cairn_protocol::operators::{ConfigField, FieldType, KindRole, OperatorKind};
 use cairn_taskrt::checkpoint::pool::SnapshotPool;
-use cairn_taskrt::graph::{ChainedOperator, Edge, JobGraph, OperatorSpec, Partitioning, Vertex};
 use cairn_taskrt::lifecycle::TaskState;
-use cairn_taskrt::protocol::{CheckpointKind, CheckpointOptions, CoordinatorMessage, ToTask};
-use cairn_taskrt::registry::{FnFactory, OperatorRegistry};
+use cairn_taskrt::operator::FnFactory;
+use cairn_taskrt::registry::OperatorRegistry;
 use cairn_taskrt::runtime::{JobDeployment, LocalJob, RuntimeOptions};
 use cairn_taskrt::state::storage::CheckpointStorage;
 use cairn_taskrt::task::TaskOutcome;
@@ -19,13 +22,25 @@ use common::*;
 fn registry(log: &CallLog) -> OperatorRegistry {
     let mut r = OperatorRegistry::with_builtins();
     r.register(
-        "idle_source",
-        Arc::new(FnFactory::new(true, |_, _| Ok(Box::new(IdleSource { stopped: false }) as _))),
+        OperatorKind { name: "idle_source", role: KindRole::Source, doc: "emits nothing", fields: vec![] },
+        Arc::new(FnFactory::new(|_, _| Ok(Box::new(IdleSource { stopped: false }) as _))),
     );
     let log = log.clone();
+    let name = ConfigField {
+        name: "name",
+        ty: FieldType::Text,
+        required: true,
+        default: None,
+        doc: "what the recorder logs its calls as",
+    };
     r.register(
-        "recorder",
-        Arc::new(FnFactory::new(false, move |config, _| {
+        OperatorKind {
+            name: "recorder",
+            role: KindRole::Transform,
+            doc: "logs lifecycle calls",
+            fields: vec![name],
+        },
+        Arc::new(FnFactory::new(move |config, _| {
             let name = config.get("name").and_then(|n| n.as_str()).ok_or("recorder needs a name")?.to_owned();
             Ok(Box::new(Recorder { name, log: log.clone() }) as _)
         })),

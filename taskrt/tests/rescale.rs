@@ -49,8 +49,8 @@ async fn restore_with_changed_parallelism_keeps_keyed_counts() {
         let c = coordinator
             .get_or_insert_with(|| ScriptedCoordinator::new("rescale", storage.clone(), &job_shape.graph()));
         c.set_graph(&job_shape.graph());
-        let restore = c.restore();
-        let restored_id = restore.as_ref().map(|r| r.metadata.checkpoint_id);
+        let restore = c.restore(&job_shape.graph()).transpose().unwrap();
+        let restored_id = restore.as_ref().map(|r| r.checkpoint_id);
         let mut job = LocalJob::deploy(
             JobDeployment {
                 job_id: "rescale".into(),

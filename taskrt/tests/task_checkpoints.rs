@@ -8,14 +8,14 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use cairn_storage::checkpoint::{CheckpointMetadata, SubtaskState, VertexInfo};
+use cairn_protocol::assign::assign_states;
+use cairn_protocol::checkpoint::{CheckpointMetadata, SubtaskState, VertexInfo};
+use cairn_protocol::graph::{JobGraph, OperatorSpec, Vertex};
+use cairn_protocol::messages::{CheckpointOptions, DeclineReason, TaskMessage, TaskStatus, ToTask};
 use cairn_taskrt::demo::counter::KeyedCounter;
 use cairn_taskrt::demo::source::{SequenceSource, SourceConfig};
 use cairn_taskrt::exchange::{Barrier, StreamElement};
-use cairn_taskrt::graph::{OperatorSpec, Vertex};
 use cairn_taskrt::operator::TaskInfo;
-use cairn_taskrt::protocol::{CheckpointOptions, DeclineReason, TaskMessage, TaskStatus, ToTask};
-use cairn_taskrt::state::assign::assign_vertex;
 use cairn_taskrt::state::storage::{CheckpointStorage, WriteHook};
 use cairn_taskrt::task::TaskOutcome;
 use common::*;
@@ -210,7 +210,7 @@ fn counter_vertex(p: u32) -> Vertex {
 fn counter_harness(
     storage: CheckpointStorage,
     incremental: bool,
-    restore: Option<cairn_taskrt::protocol::TaskRestore>,
+    restore: Option<cairn_protocol::assign::TaskRestore>,
 ) -> Harness {
     let mut o = HarnessOptions::new(storage, vec![("count".into(), Box::new(KeyedCounter))]);
     o.incremental = incremental;
@@ -221,7 +221,7 @@ fn counter_harness(
 async fn checkpoint(
     h: &mut Harness,
     id: u64,
-) -> (SubtaskState, cairn_storage::checkpoint::TaskCheckpointMetrics) {
+) -> (SubtaskState, cairn_protocol::checkpoint::TaskCheckpointMetrics) {
     h.send(0, barrier(id)).await;
     match h.next_checkpoint_report().await {
         TaskMessage::Acknowledge { checkpoint_id, state, metrics, .. } if checkpoint_id == id => {
@@ -300,7 +300,9 @@ async fn checksum_mismatch_is_detected_on_restore() {
 
     let meta = metadata(1, "count", 1, vec![state.clone()]);
     // Intact: restores and runs.
-    let restore = assign_vertex(&meta, storage.job_dir(), &counter_vertex(1)).unwrap().remove(0);
+    let graph = JobGraph { vertices: vec![counter_vertex(1)], edges: vec![] };
+    let assignment = assign_states(&meta, storage.job_dir(), &graph, false).unwrap();
+    let restore = assignment.task("count", 0).cloned().unwrap();
     let ok = counter_harness(storage.clone(), false, Some(restore.clone()));
     ok.wait_running().await;
     ok.control(1, ToTask::Cancel).await;
@@ -330,7 +332,7 @@ async fn savepoint_with_a_target_is_self_contained_in_its_directory() {
     h.wait_running().await;
     let target = dir.path().join("savepoints/sp-1");
     let options = CheckpointOptions {
-        kind: cairn_taskrt::protocol::CheckpointKind::Savepoint,
+        kind: cairn_protocol::checkpoint::CheckpointKind::Savepoint,
         drain: false,
         target_location: Some(target.clone()),
     };

@@ -7,13 +7,10 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
-use cairn_storage::checkpoint::metadata::METADATA_VERSION;
-use cairn_storage::checkpoint::{CheckpointMetadata, write_metadata};
+use cairn_protocol::assign::StateAssignment;
+use cairn_protocol::messages::{CheckpointOptions, Deployment, TaskCommand, TaskMessage, TaskStatus, ToTask};
 use cairn_taskrt::demo::DemoJob;
 use cairn_taskrt::demo::source::SourceConfig;
-use cairn_taskrt::protocol::{
-    CheckpointOptions, Deployment, RestoreSource, TaskCommand, TaskMessage, TaskStatus, ToTask,
-};
 use cairn_taskrt::worker::{JobsView, Worker, WorkerConfig, WorkerHandle, WorkerStatus};
 use common::{WAIT, init_tracing};
 use fake::{FakeReplica, LeaderMode, Mode, dead_addr};
@@ -350,32 +347,19 @@ async fn a_new_attempt_replaces_the_running_one() {
 }
 
 #[tokio::test]
-async fn a_restore_metadata_that_fails_verification_fails_the_deployment() {
+async fn a_restore_assignment_that_does_not_cover_every_subtask_fails_the_deployment() {
     init_tracing();
     let dir = tempfile::tempdir().expect("tempdir");
-    let meta = CheckpointMetadata {
-        version: METADATA_VERSION,
-        job: JOB.into(),
-        checkpoint_id: 4,
-        kind: "checkpoint".into(),
-        trigger_time_ms: 1,
-        completion_time_ms: 2,
-        vertices: Default::default(),
-        subtasks: Default::default(),
-        master_states: Default::default(),
-    };
-    let path = dir.path().join("checkpoints").join(JOB).join("chk-4").join("_metadata");
-    let pointer = write_metadata(&path, &meta).expect("metadata written");
     let mut leader = FakeReplica::start(Mode::Leader(LeaderMode::new(1))).await;
     let worker = Worker::start(config(&[&leader.addr])).expect("starts");
     let mut session = leader.next_session().await;
     let mut d = demo_deployment(dir.path(), 1);
-    d.restore = Some(RestoreSource {
+    // The worker restores exactly what it is sent: an assignment without its subtasks is refused
+    // (never read as "start empty").
+    d.restore = Some(StateAssignment {
         checkpoint_id: 4,
-        metadata_path: pointer.path.clone(),
-        metadata_size: Some(pointer.size),
-        metadata_crc32: Some(pointer.crc32 ^ 1),
         base_dir: dir.path().join("checkpoints").join(JOB),
+        subtasks: Default::default(),
     });
     session.deploy(1, &d).await;
     let reports = session
@@ -388,7 +372,7 @@ async fn a_restore_metadata_that_fails_verification_fails_the_deployment() {
         .await;
     for m in &reports {
         let TaskMessage::Status { status: TaskStatus::Failed(cause), .. } = m else { continue };
-        assert!(cause.contains("checkpoint 4") && cause.contains("checksum"), "{cause}");
+        assert!(cause.contains("restore assignment has no entry for subtask"), "{cause}");
     }
     assert!(worker.jobs().borrow().tasks.is_empty());
     worker.shutdown().await;
@@ -405,7 +389,7 @@ mod fake {
     use cairn_proto::v1::{
         Heartbeat, LeaderMessage, RegisterWorker, Registered, WorkerMessage, leader_message, worker_message,
     };
-    use cairn_taskrt::protocol::{Deployment, TaskCommand, TaskMessage};
+    use cairn_protocol::messages::{Deployment, TaskCommand, TaskMessage};
     use tokio::sync::mpsc;
     use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
     use tonic::{Request, Response, Status, Streaming};

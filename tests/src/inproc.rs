@@ -5,10 +5,10 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use cairn_coordinator::client::{AuthChannel, ClientConfig, LeaderClient};
+use cairn_client::{AuthChannel, ClientConfig, LeaderClient};
+use cairn_coordinator::auth::AdminToken;
 use cairn_coordinator::config::{NodeConfig, Peer, RaftTiming, WorkerTiming};
 use cairn_coordinator::node::Replica;
-use cairn_coordinator::services::admin::AdminToken;
 use cairn_raft::types::NodeId;
 use openraft::ServerState;
 use tempfile::TempDir;

@@ -20,11 +20,8 @@ pub mod wait;
 
 /// A channel straight to one replica at `addr` (no leader following) carrying the admin token,
 /// for tests that must talk to a particular replica (e.g. to see a follower's refusal).
-pub async fn direct_channel(
-    addr: &str,
-    token: &str,
-) -> anyhow::Result<cairn_coordinator::client::AuthChannel> {
-    use cairn_coordinator::client::{AuthChannel, BearerAuth};
+pub async fn direct_channel(addr: &str, token: &str) -> anyhow::Result<cairn_client::AuthChannel> {
+    use cairn_client::{AuthChannel, BearerAuth};
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))?.connect().await?;
     Ok(AuthChannel::new(channel, BearerAuth::new(Some(token))?))
 }

@@ -10,9 +10,9 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use cairn_coordinator::client::{ClientConfig, LeaderClient};
+use cairn_client::{ClientConfig, LeaderClient};
+use cairn_coordinator::auth::AdminToken;
 use cairn_coordinator::config::write_private;
-use cairn_coordinator::services::admin::AdminToken;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tempfile::TempDir;
@@ -58,9 +58,40 @@ pub fn failover_args(reattach_grace: &str) -> Vec<String> {
     .collect()
 }
 
-/// Picks a free loopback port.
+/// Picks a free loopback port for a process started later (its address must be known up front).
+///
+/// Why not port 0: a port the kernel hands out for `bind(0)` comes from the ephemeral range,
+/// the same range outgoing connections take their local ports from, so between releasing it
+/// and the process binding it any connection on the machine may take it. Ports are drawn
+/// below that range instead (where only explicit binds land), at random, checked bindable,
+/// and never handed out twice by this process.
 pub fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    free_port_run(1)
+}
+
+/// The first of `len` consecutive free loopback ports (see [`free_port`]).
+pub fn free_port_run(len: u16) -> anyhow::Result<u16> {
+    use std::collections::BTreeSet;
+    use std::sync::Mutex;
+    static HANDED_OUT: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|p| p.parse::<u16>().ok()))
+        .unwrap_or(32768);
+    let (low, high) = (10_000u16, ephemeral_low.saturating_sub(len).max(10_001));
+    let mut handed_out = HANDED_OUT.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    for _ in 0..1000 {
+        let first = rand::Rng::gen_range(&mut rand::thread_rng(), low..high);
+        let ports = first..first.saturating_add(len);
+        if ports.clone().any(|p| handed_out.contains(&p)) {
+            continue;
+        }
+        if ports.clone().all(|p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok()) {
+            handed_out.extend(ports);
+            return Ok(first);
+        }
+    }
+    anyhow::bail!("no run of {len} free loopback ports found in {low}..{high}")
 }
 
 /// One `cairn` replica process.

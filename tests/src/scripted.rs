@@ -9,7 +9,7 @@ use cairn_proto::v1::{
     AttachedTask, GatewayError, Heartbeat, LeaderMessage, RegisterWorker, WorkerMessage, leader_message,
     worker_message,
 };
-use cairn_taskrt::protocol::{Deployment, TaskAttemptId, TaskCommand, TaskId, TaskMessage, TaskStatus};
+use cairn_protocol::messages::{Deployment, TaskAttemptId, TaskCommand, TaskId, TaskMessage, TaskStatus};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Streaming;
@@ -186,7 +186,7 @@ pub fn attempt_id(d: &Deployment, vertex: &str, subtask: u32) -> TaskAttemptId {
 
 /// Every `(vertex, subtask)` of a deployment's graph.
 pub fn subtasks(d: &Deployment) -> anyhow::Result<Vec<(String, u32)>> {
-    let graph: cairn_taskrt::graph::JobGraph = serde_json::from_value(d.graph.clone())?;
+    let graph: cairn_protocol::graph::JobGraph = serde_json::from_value(d.graph.clone())?;
     Ok(graph.vertices.iter().flat_map(|v| (0..v.parallelism).map(move |i| (v.id.clone(), i))).collect())
 }
 

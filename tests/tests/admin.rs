@@ -6,7 +6,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use cairn_coordinator::client::{AuthChannel, ClientConfig, ClientError, LeaderClient};
+use cairn_client::{AuthChannel, ClientConfig, ClientError, LeaderClient};
 use cairn_proto::admin::admin_client::AdminClient;
 use cairn_proto::admin::*;
 use cairn_taskrt::demo::DemoJob;

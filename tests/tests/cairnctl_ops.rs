@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use cairn_storage::checkpoint::read_metadata_unverified;
+use cairn_protocol::checkpoint::read_metadata_unverified;
 use cairn_taskrt::demo::source_offsets;
 use cairn_taskrt::demo::verify::{Expectation, Violation, verify_output};
 use cairn_tests::ctl::{Ctl, demo_graph, str_at, u64_at};

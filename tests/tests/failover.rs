@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use cairn_coordinator::client::LeaderClient;
+use cairn_client::LeaderClient;
 use cairn_taskrt::demo::DemoJob;
 use cairn_taskrt::demo::source::SourceConfig;
 use cairn_taskrt::demo::verify::{Expectation, verify_output};

@@ -6,15 +6,15 @@
 use std::time::Duration;
 
 use anyhow::Context;
-use cairn_coordinator::client::LeaderClient;
+use cairn_client::LeaderClient;
 use cairn_proto::leader_hint::parse_not_leader;
 use cairn_proto::v1::task_gateway_client::TaskGatewayClient;
 use cairn_proto::v1::{Heartbeat, WorkerMessage, worker_message};
+use cairn_protocol::checkpoint::{SubtaskState, TaskCheckpointMetrics};
+use cairn_protocol::messages::{Deployment, TaskMessage, ToTask};
 use cairn_raft::model::JobId;
-use cairn_storage::checkpoint::{SubtaskState, TaskCheckpointMetrics};
 use cairn_taskrt::demo::DemoJob;
 use cairn_taskrt::demo::source::SourceConfig;
-use cairn_taskrt::protocol::{Deployment, TaskMessage, ToTask};
 use cairn_tests::init_test_logging;
 use cairn_tests::inproc::{InProcCluster, test_timing};
 use cairn_tests::scripted::{FromLeader, ScriptedWorker, attached, attempt_id, report_all_running, subtasks};
@@ -55,7 +55,7 @@ fn ack(d: &Deployment, vertex: &str, subtask: u32, checkpoint_id: u64) -> TaskMe
     }
 }
 
-fn is_trigger(c: &cairn_taskrt::protocol::TaskCommand) -> Option<u64> {
+fn is_trigger(c: &cairn_protocol::messages::TaskCommand) -> Option<u64> {
     match c.body {
         ToTask::TriggerCheckpoint { checkpoint_id, .. } => Some(checkpoint_id),
         _ => None,

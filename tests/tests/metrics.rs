@@ -5,9 +5,9 @@
 
 use std::time::Duration;
 
+use cairn_protocol::graph::JobGraph;
 use cairn_taskrt::demo::DemoJob;
 use cairn_taskrt::demo::source::SourceConfig;
-use cairn_taskrt::graph::JobGraph;
 use cairn_tests::procs::{ProcCluster, failover_args};
 use cairn_tests::{init_test_logging, wait};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

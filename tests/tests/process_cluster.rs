@@ -82,7 +82,8 @@ async fn run(cluster: &mut ProcCluster) -> anyhow::Result<()> {
 fn demo_runs_checkpoints_and_stops_cleanly() -> anyhow::Result<()> {
     let bin = cairn_tests::procs::binary("cairn-demo")?;
     let dir = tempfile::tempdir()?;
-    let base = cairn_tests::procs::free_port()?.saturating_sub(3);
+    // The demo listens on base + 1, base + 2, base + 3.
+    let base = cairn_tests::procs::free_port_run(4)?;
     let out = std::process::Command::new(bin)
         .args(["--duration", "6s", "--interval", "300ms", "--base-port", &base.to_string()])
         .arg("--data-dir")

@@ -8,10 +8,10 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use cairn_coordinator::client::{ClientConfig, ClientError, LeaderClient};
+use cairn_client::{ClientConfig, ClientError, LeaderClient};
+use cairn_coordinator::auth::AdminToken;
 use cairn_coordinator::config::{NodeConfig, Peer};
 use cairn_coordinator::node::Replica;
-use cairn_coordinator::services::admin::AdminToken;
 use cairn_proto::tls::{ClientTls, TlsFiles};
 use cairn_proto::v1::RaftPayload;
 use cairn_proto::v1::raft_client::RaftClient;

@@ -12,8 +12,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
-use cairn_coordinator::client::{ClientConfig, LeaderClient};
-use cairn_coordinator::config::is_host_port;
+use cairn_client::{ClientConfig, LeaderClient};
+use cairn_proto::addr::is_host_port;
 use clap::{Parser, Subcommand};
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};

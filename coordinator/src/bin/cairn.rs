@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::Context;
 use cairn_coordinator::config::{NodeConfig, parse_peers};
 use cairn_coordinator::node::Replica;
-use cairn_taskrt::shutdown::ShutdownSignals;
+use cairn_process::shutdown::ShutdownSignals;
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
@@ -162,7 +162,7 @@ fn build_config(cli: &Cli) -> anyhow::Result<NodeConfig> {
     }
     // The value only from the environment: a flag would show it in `ps`.
     if let Ok(v) = std::env::var("CAIRN_ADMIN_TOKEN") {
-        let token = cairn_coordinator::services::admin::AdminToken::new(&v)
+        let token = cairn_coordinator::auth::AdminToken::new(&v)
             .map_err(|e| anyhow::anyhow!("CAIRN_ADMIN_TOKEN: {e}"))?;
         c.admin_token = Some(token);
     }
@@ -195,11 +195,11 @@ async fn main() -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(&config.listen)
         .await
         .with_context(|| format!("cannot listen on {} (is another replica running there?)", config.listen))?;
-    let metrics_listener = cairn_taskrt::exporter::bind(config.metrics_listen.as_deref()).await?;
+    let metrics_listener = cairn_process::metrics::bind(config.metrics_listen.as_deref()).await?;
     let replica = Replica::start(config, listener).await?;
     let (stop_metrics, metrics_stopped) = tokio::sync::oneshot::channel::<()>();
     let metrics_server = metrics_listener.map(|listener| {
-        tokio::spawn(cairn_taskrt::exporter::serve(listener, replica.metrics_registry(), async move {
+        tokio::spawn(cairn_process::metrics::serve(listener, replica.metrics_registry(), async move {
             let _ = metrics_stopped.await;
         }))
     });

@@ -5,8 +5,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use cairn_protocol::checkpoint::{CheckpointMetadata, MetadataPointer, SubtaskState, TaskCheckpointMetrics};
 use cairn_raft::model::{CheckpointKind, Command, CommandError, JobStatus, Outcome};
-use cairn_storage::checkpoint::{CheckpointMetadata, MetadataPointer, SubtaskState, TaskCheckpointMetrics};
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
@@ -14,6 +14,12 @@ use super::error::TriggerError;
 use super::failure::CheckpointFailureReason;
 use super::stats::CheckpointCounts;
 use super::tasks::{TaskAttemptId, TaskSet, TaskStatus};
+
+/// `at + d`, or a far-away instant when that overflows (durations come from user
+/// configuration and may be absurdly large).
+pub fn instant_after(at: Instant, d: Duration) -> Instant {
+    at.checked_add(d).or_else(|| at.checked_add(Duration::from_secs(100 * 365 * 24 * 3600))).unwrap_or(at)
+}
 
 /// The time of an event: a monotonic instant for scheduling (timers, min pause, timeouts) and
 /// the wall clock for timestamps that are stored (trigger and completion times).
@@ -32,7 +38,7 @@ impl Now {
     /// The same clock `d` later (both clocks advance together).
     pub fn after(self, d: Duration) -> Self {
         Self {
-            instant: super::trigger::instant_after(self.instant, d),
+            instant: instant_after(self.instant, d),
             wall_ms: self.wall_ms.saturating_add(d.as_millis() as u64),
         }
     }
@@ -236,7 +242,7 @@ pub enum Action {
     /// Report [`Event::CheckpointTimeout`] at `at`. Never cancelled: the core ignores timeouts
     /// of checkpoints that already finished.
     ScheduleTimeout { checkpoint_id: u64, at: Instant },
-    /// Write `_metadata` durably at `path` (see `cairn_storage::checkpoint::write_metadata`).
+    /// Write `_metadata` durably at `path` (see `cairn_protocol::checkpoint::write_metadata`).
     WriteMetadata { checkpoint_id: u64, path: PathBuf, metadata: Box<CheckpointMetadata> },
     /// Propose `AddCompletedCheckpoint` or `RegisterSavepoint`.
     ProposeCompletion { checkpoint_id: u64, command: Box<Command> },

@@ -49,21 +49,9 @@ pub enum Error {
     #[error("metadata at {} describes {found}, expected {expected}", path.display())]
     MetadataMismatch { path: PathBuf, expected: String, found: String },
     #[error(
-        "vertex {vertex} had max parallelism {old} when checkpoint {checkpoint_id} was taken and now has {new}; keyed state cannot be redistributed across a changed max parallelism"
-    )]
-    MaxParallelismChanged { checkpoint_id: u64, vertex: String, old: u32, new: u32 },
-    #[error(
-        "checkpoint {checkpoint_id} holds state of operator {operator} (vertex {vertex}) that maps to no operator of the new job graph; allow non-restored state to skip it"
-    )]
-    UnmappedState { checkpoint_id: u64, operator: String, vertex: String },
-    #[error(
         "checkpoint {checkpoint_id} holds master state {hook:?} that no registered hook claims; allow non-restored state to skip it"
     )]
     UnmappedMasterState { checkpoint_id: u64, hook: String },
-    #[error("checkpoint {checkpoint_id} has corrupt state: {detail}")]
-    CorruptState { checkpoint_id: u64, detail: String },
     #[error("master hook {hook:?} failed: {detail}")]
     HookFailed { hook: String, detail: String },
-    #[error("invalid restore target: {0}")]
-    InvalidRestoreTarget(String),
 }

@@ -54,9 +54,6 @@ pub use error::{Error, TriggerError};
 pub use failure::{CheckpointFailureReason, FailureManager};
 pub use hooks::{HookError, MasterHook, MasterHooks};
 pub use registry::SharedStateRegistry;
-pub use restore::{
-    RestoreCandidate, RestorePoint, StateAssignment, VertexTarget, assign_states, choose_restore_point,
-    counter_after_restore,
-};
+pub use restore::{RestoreCandidate, RestorePoint, choose_restore_point, counter_after_restore};
 pub use stats::{CheckpointStats, CheckpointStatsTracker, JobCheckpointStats, StatsSummary};
 pub use tasks::{TaskAttemptId, TaskDescriptor, TaskSet, TaskStatus};

@@ -8,10 +8,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
+use cairn_protocol::checkpoint::layout::is_safe_relative;
+use cairn_protocol::checkpoint::metadata::METADATA_VERSION;
+use cairn_protocol::checkpoint::{CheckpointMetadata, StateFile, SubtaskState, VertexInfo};
 use cairn_raft::model::{CheckpointKind, CompletedCheckpoint};
-use cairn_storage::checkpoint::layout::is_safe_relative;
-use cairn_storage::checkpoint::metadata::METADATA_VERSION;
-use cairn_storage::checkpoint::{CheckpointMetadata, StateFile, SubtaskState, VertexInfo};
 use tokio::time::Instant;
 
 use super::actions::RequestId;

@@ -11,8 +11,8 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use cairn_protocol::checkpoint::{CheckpointMetadata, MetadataPointer, OperatorSubtaskState, SubtaskState};
 use cairn_raft::model::{CheckpointConfig, CheckpointKind, Command, Outcome};
-use cairn_storage::checkpoint::{CheckpointMetadata, MetadataPointer, OperatorSubtaskState, SubtaskState};
 use proptest::prelude::*;
 use tokio::time::Instant;
 
@@ -279,16 +279,16 @@ impl Sim {
         }
         self.acked.insert((id, attempt), shared.clone());
         let mut op = OperatorSubtaskState::default();
-        op.list_states.push(cairn_storage::checkpoint::OperatorListState {
+        op.list_states.push(cairn_protocol::checkpoint::OperatorListState {
             name: "own".into(),
-            mode: cairn_storage::checkpoint::OperatorStateMode::RoundRobin,
+            mode: cairn_protocol::checkpoint::OperatorStateMode::RoundRobin,
             file: file(format!("chk-{id}/t{}.state", attempt.0)),
             offsets: vec![0],
         });
         for (i, s) in shared.iter().enumerate() {
-            op.list_states.push(cairn_storage::checkpoint::OperatorListState {
+            op.list_states.push(cairn_protocol::checkpoint::OperatorListState {
                 name: format!("shared-{i}"),
-                mode: cairn_storage::checkpoint::OperatorStateMode::Union,
+                mode: cairn_protocol::checkpoint::OperatorStateMode::Union,
                 file: file(s.clone()),
                 offsets: vec![0],
             });

@@ -15,7 +15,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use cairn_storage::checkpoint::{CheckpointMetadata, StateFile};
+use cairn_protocol::checkpoint::{CheckpointMetadata, StateFile};
 
 /// Reference counts of the state files of the retained checkpoints.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -141,7 +141,7 @@ impl SharedStateRegistry {
 mod tests {
     use std::collections::BTreeMap;
 
-    use cairn_storage::checkpoint::{OperatorSubtaskState, SubtaskState, VertexInfo};
+    use cairn_protocol::checkpoint::{OperatorSubtaskState, SubtaskState, VertexInfo};
 
     use super::*;
 

@@ -9,8 +9,8 @@
 
 use std::collections::VecDeque;
 
+use cairn_protocol::checkpoint::TaskCheckpointMetrics;
 use cairn_raft::model::CheckpointKind;
-use cairn_storage::checkpoint::TaskCheckpointMetrics;
 use serde::{Deserialize, Serialize};
 
 use super::failure::CheckpointFailureReason;

@@ -8,13 +8,11 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 
-use cairn_storage::checkpoint::VertexInfo;
+use cairn_protocol::checkpoint::VertexInfo;
+use cairn_protocol::graph::MAX_MAX_PARALLELISM;
 use serde::{Deserialize, Serialize};
 
 use super::error::Error;
-
-/// Largest accepted max parallelism (Flink's upper bound, `1 << 15` key groups).
-pub const MAX_PARALLELISM_UPPER_BOUND: u32 = 1 << 15;
 
 /// Identity of one execution attempt of one subtask. A restarted subtask gets a new attempt id,
 /// so messages from a previous attempt can be told apart.
@@ -43,7 +41,7 @@ pub struct TaskDescriptor {
 impl TaskDescriptor {
     /// `"<vertex>/<index>"`, the key of this subtask's state in `_metadata`.
     pub fn key(&self) -> String {
-        cairn_storage::checkpoint::CheckpointMetadata::subtask_key(&self.vertex, self.subtask)
+        cairn_protocol::checkpoint::CheckpointMetadata::subtask_key(&self.vertex, self.subtask)
     }
 }
 
@@ -86,10 +84,10 @@ impl TaskSet {
             }
             if t.parallelism == 0
                 || t.parallelism > t.max_parallelism
-                || t.max_parallelism > MAX_PARALLELISM_UPPER_BOUND
+                || t.max_parallelism > MAX_MAX_PARALLELISM
             {
                 return bad(format!(
-                    "vertex {} has parallelism {} and max parallelism {}; need 1 <= parallelism <= max <= {MAX_PARALLELISM_UPPER_BOUND}",
+                    "vertex {} has parallelism {} and max parallelism {}; need 1 <= parallelism <= max <= {MAX_MAX_PARALLELISM}",
                     t.vertex, t.parallelism, t.max_parallelism
                 ));
             }

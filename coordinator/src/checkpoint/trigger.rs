@@ -24,15 +24,9 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::time::Instant;
 
-use super::actions::{Action, TimerToken, TriggerKind};
+use super::actions::{Action, TimerToken, TriggerKind, instant_after};
 use super::error::TriggerError;
 use super::pending::Origin;
-
-/// `at + d`, or a far-away instant when that overflows (durations come from user
-/// configuration and may be absurdly large).
-pub fn instant_after(at: Instant, d: Duration) -> Instant {
-    at.checked_add(d).or_else(|| at.checked_add(Duration::from_secs(100 * 365 * 24 * 3600))).unwrap_or(at)
-}
 
 /// What kind of snapshot a request produces, resolved and validated.
 #[derive(Debug, Clone, PartialEq, Eq)]

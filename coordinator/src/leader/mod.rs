@@ -9,6 +9,8 @@
 //!
 //! The task gateway reaches the current runtime through [`LeaderHandle::current`].
 
+mod api;
+mod handle;
 pub mod job;
 mod liveness;
 pub mod runtime;
@@ -21,11 +23,11 @@ use openraft::ServerState;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-pub use job::{JobView, StartRefusal, StartedReply, TaskView, TriggerKey};
-pub use runtime::{TermHandle, WorkerInfo, WorkerSlots};
+pub use api::{JobView, StartRefusal, StartedReply, TaskView, TriggerKey, TriggerReply};
+pub use handle::{TermHandle, WorkerInfo, WorkerLease, WorkerSlots};
 
 use crate::config::WorkerTiming;
-use crate::node::ReplicaContext;
+use crate::replica::ReplicaContext;
 
 /// Leader-side settings, from the replica configuration.
 #[derive(Debug, Clone)]

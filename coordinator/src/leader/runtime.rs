@@ -11,208 +11,17 @@ use std::time::Duration;
 
 use cairn_proto::v1::{AttachedTask, Heartbeat, LeaderMessage, leader_message};
 use cairn_raft::model::JobId;
-use cairn_taskrt::protocol::TaskMessage;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 use tonic::Status;
 
 use super::LeaderOptions;
-use super::job::{
-    JobDriver, JobHandle, JobInput, JobView, StartRefusal, StartedReply, TriggerKey, TriggerReply,
-};
+use super::api::StartRefusal;
+use super::handle::{RuntimeCmd, TermHandle, WorkerInfo, WorkerLease, WorkerSlots};
+use super::job::{JobDriver, JobHandle, JobInput};
 use super::liveness::Liveness;
-use crate::checkpoint::TriggerKind;
-use crate::node::ReplicaContext;
-
-/// What a worker says about itself when it attaches.
-#[derive(Debug, Clone)]
-pub struct WorkerInfo {
-    pub worker_id: String,
-    pub slots: u32,
-    pub tasks: Vec<AttachedTask>,
-    pub highest_term_seen: u64,
-}
-
-/// A worker's outbox, leased to a job for the life of a deployment.
-#[derive(Debug, Clone)]
-pub struct WorkerLease {
-    pub worker_id: String,
-    pub outbox: mpsc::Sender<LeaderMessage>,
-}
-
-pub(crate) enum RuntimeCmd {
-    Attach {
-        info: WorkerInfo,
-        outbox: mpsc::Sender<LeaderMessage>,
-        reply: oneshot::Sender<Result<u64, Status>>,
-    },
-    Detach {
-        worker_id: String,
-        session: u64,
-    },
-    Heartbeat {
-        worker_id: String,
-        session: u64,
-    },
-    Report {
-        worker_id: String,
-        session: u64,
-        msg: Box<TaskMessage>,
-        reply: oneshot::Sender<Result<(), Status>>,
-    },
-    AcquireWorker {
-        job: JobId,
-        slots: u32,
-        reply: oneshot::Sender<Option<WorkerLease>>,
-    },
-    ReleaseWorker {
-        job: JobId,
-    },
-    AdoptLease {
-        job: JobId,
-        worker_id: String,
-        slots: u32,
-    },
-    Trigger {
-        job: JobId,
-        kind: TriggerKind,
-        reply: oneshot::Sender<TriggerReply>,
-    },
-    Jobs {
-        reply: oneshot::Sender<Vec<JobView>>,
-    },
-    TriggerStarted {
-        job: JobId,
-        kind: TriggerKind,
-        key: Option<TriggerKey>,
-        started: oneshot::Sender<StartedReply>,
-    },
-    Cancel {
-        job: JobId,
-        reply: oneshot::Sender<()>,
-    },
-    ConfigChanged {
-        job: JobId,
-        subsumed: Vec<cairn_raft::model::CompletedCheckpoint>,
-    },
-    Workers {
-        reply: oneshot::Sender<Vec<WorkerSlots>>,
-    },
-}
-
-/// A connected worker's slots, for status calls.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WorkerSlots {
-    pub worker_id: String,
-    pub slots: u32,
-    pub used: u32,
-}
-
-/// Cheap handle on the runtime of one term.
-#[derive(Clone)]
-pub struct TermHandle {
-    pub term: u64,
-    pub leader_id: u64,
-    pub heartbeat_interval: Duration,
-    pub heartbeat_timeout: Duration,
-    tx: mpsc::Sender<RuntimeCmd>,
-}
-
-fn gone() -> Status {
-    Status::unavailable(
-        "the leader's coordinator runtime stopped (leadership lost); reconnect to the new leader",
-    )
-}
-
-impl TermHandle {
-    async fn ask<T>(&self, make: impl FnOnce(oneshot::Sender<T>) -> RuntimeCmd) -> Result<T, Status> {
-        let (tx, rx) = oneshot::channel();
-        self.tx.send(make(tx)).await.map_err(|_| gone())?;
-        rx.await.map_err(|_| gone())
-    }
-
-    /// Registers a worker's stream; returns its session number.
-    pub async fn attach(&self, info: WorkerInfo, outbox: mpsc::Sender<LeaderMessage>) -> Result<u64, Status> {
-        self.ask(|reply| RuntimeCmd::Attach { info, outbox, reply }).await?
-    }
-
-    pub async fn detach(&self, worker_id: String, session: u64) {
-        let _ = self.tx.send(RuntimeCmd::Detach { worker_id, session }).await;
-    }
-
-    pub async fn heartbeat(&self, worker_id: String, session: u64) {
-        let _ = self.tx.send(RuntimeCmd::Heartbeat { worker_id, session }).await;
-    }
-
-    /// Hands a task report to its job; the error is a precise refusal for the worker.
-    pub async fn report(&self, worker_id: String, session: u64, msg: TaskMessage) -> Result<(), Status> {
-        self.ask(|reply| RuntimeCmd::Report { worker_id, session, msg: Box::new(msg), reply }).await?
-    }
-
-    pub(crate) async fn acquire_worker(&self, job: JobId, slots: u32) -> Option<WorkerLease> {
-        self.ask(|reply| RuntimeCmd::AcquireWorker { job, slots, reply }).await.ok().flatten()
-    }
-
-    /// Records that `job` runs on `worker_id` (tasks that re-attached after a leader change).
-    pub(crate) async fn adopt_lease(&self, job: JobId, worker_id: String, slots: u32) {
-        let _ = self.tx.send(RuntimeCmd::AdoptLease { job, worker_id, slots }).await;
-    }
-
-    pub(crate) async fn release_worker(&self, job: JobId) {
-        let _ = self.tx.send(RuntimeCmd::ReleaseWorker { job }).await;
-    }
-
-    /// Triggers a checkpoint or savepoint of a job; answers when it completed or failed.
-    pub async fn trigger(&self, job: JobId, kind: TriggerKind) -> Result<TriggerReply, Status> {
-        self.ask(|reply| RuntimeCmd::Trigger { job, kind, reply }).await
-    }
-
-    /// Triggers a checkpoint or savepoint of a job; answers as soon as its checkpoint id is
-    /// allocated (with a key: and recorded through Raft under the request id).
-    pub async fn trigger_started(
-        &self,
-        job: JobId,
-        kind: TriggerKind,
-        key: Option<TriggerKey>,
-    ) -> Result<StartedReply, Status> {
-        self.ask(|started| RuntimeCmd::TriggerStarted { job, kind, key, started }).await
-    }
-
-    /// Tells the job's driver that its `canceled` status is committed; answers once its tasks
-    /// were told to cancel (at once when no driver runs the job).
-    pub async fn cancel(&self, job: JobId) -> Result<(), Status> {
-        self.ask(|reply| RuntimeCmd::Cancel { job, reply }).await
-    }
-
-    /// Tells the job's driver that a new checkpoint configuration is committed.
-    pub async fn config_changed(
-        &self,
-        job: JobId,
-        subsumed: Vec<cairn_raft::model::CompletedCheckpoint>,
-    ) -> Result<(), Status> {
-        self.tx.send(RuntimeCmd::ConfigChanged { job, subsumed }).await.map_err(|_| gone())
-    }
-
-    /// The connected workers and their slots.
-    pub async fn workers(&self) -> Result<Vec<WorkerSlots>, Status> {
-        self.ask(|reply| RuntimeCmd::Workers { reply }).await
-    }
-
-    /// What every job driver of this term is doing.
-    pub async fn jobs(&self) -> Result<Vec<JobView>, Status> {
-        self.ask(|reply| RuntimeCmd::Jobs { reply }).await
-    }
-
-    /// Resolves when this term's runtime has stopped.
-    pub async fn closed(&self) {
-        self.tx.closed().await
-    }
-
-    pub fn leader_message(&self, body: leader_message::Body) -> LeaderMessage {
-        LeaderMessage { term: self.term, body: Some(body) }
-    }
-}
+use crate::replica::ReplicaContext;
 
 pub(crate) struct TermRuntime {
     handle: TermHandle,
@@ -223,13 +32,13 @@ pub(crate) struct TermRuntime {
 impl TermRuntime {
     pub(crate) fn start(ctx: ReplicaContext, options: Arc<LeaderOptions>, term: u64) -> Self {
         let (tx, rx) = mpsc::channel(1024);
-        let handle = TermHandle {
+        let handle = TermHandle::new(
             term,
-            leader_id: ctx.id,
-            heartbeat_interval: options.workers.heartbeat_interval,
-            heartbeat_timeout: options.workers.heartbeat_timeout,
+            ctx.id,
+            options.workers.heartbeat_interval,
+            options.workers.heartbeat_timeout,
             tx,
-        };
+        );
         let (stop_tx, stop_rx) = oneshot::channel();
         let tick_every = options.workers.heartbeat_interval.min(Duration::from_millis(200));
         let liveness = Liveness::new(options.workers.heartbeat_timeout, tick_every, Instant::now());

@@ -7,7 +7,7 @@
 //! removed; leadership lost) removes the series. Counts survive a leader change because the
 //! new leader's driver seeds them from the replicated statistics summary, as the core does.
 
-use cairn_taskrt::exporter::SeriesOwners;
+use cairn_process::metrics::SeriesOwners;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -189,8 +189,8 @@ impl Drop for JobSeries {
 
 #[cfg(test)]
 mod tests {
+    use cairn_process::metrics::render;
     use cairn_raft::model::CheckpointKind;
-    use cairn_taskrt::exporter::render;
 
     use crate::checkpoint::stats::CheckpointStatsTracker;
     use crate::metrics::ReplicaMetrics;
@@ -217,7 +217,7 @@ mod tests {
             "src",
             0,
             1010,
-            cairn_storage::checkpoint::TaskCheckpointMetrics {
+            cairn_protocol::checkpoint::TaskCheckpointMetrics {
                 bytes_persisted: 100,
                 state_size: 400,
                 ..Default::default()

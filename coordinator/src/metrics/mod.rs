@@ -1,4 +1,4 @@
-//! Prometheus metrics of a replica, served on `/metrics` by [`cairn_taskrt::exporter::serve`]
+//! Prometheus metrics of a replica, served on `/metrics` by [`cairn_process::metrics::serve`]
 //! when `metrics_listen` is set.
 //!
 //! | module | owns |
@@ -19,7 +19,7 @@ pub mod raft;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cairn_taskrt::exporter::{Registry, SeriesOwners, new_registry};
+use cairn_process::metrics::{Registry, SeriesOwners, new_registry};
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 
@@ -103,7 +103,7 @@ impl ReplicaMetrics {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cairn_taskrt::exporter::render;
+    use cairn_process::metrics::render;
 
     #[test]
     fn proposals_and_workers_render() {

@@ -122,8 +122,8 @@ mod tests {
     use std::collections::{BTreeMap, BTreeSet};
     use std::sync::Arc;
 
+    use cairn_process::metrics::{new_registry, render};
     use cairn_raft::types::{LogId, StoredMembership};
-    use cairn_taskrt::exporter::{new_registry, render};
     use openraft::{CommittedLeaderId, Membership};
 
     use super::*;

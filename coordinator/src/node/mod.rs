@@ -12,18 +12,19 @@ use std::sync::Arc;
 
 use cairn_raft::network::{GrpcNetwork, TransportConfig};
 use cairn_raft::service::RaftService;
-use cairn_raft::types::{NodeId, Raft, RaftMetrics};
-use cairn_storage::StateReader;
+use cairn_raft::types::{NodeId, Raft};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::TcpListenerStream;
 
+use crate::auth::AdminAuth;
 use crate::config::NodeConfig;
 use crate::gateway::GatewayService;
 use crate::leader::{LeaderHandle, LeaderOptions, LeaderSupervisor};
 use crate::metrics::ReplicaMetrics;
-use crate::services::admin::{AdminAuth, AdminService};
+use crate::replica::ReplicaContext;
+use crate::services::admin::AdminService;
 use crate::services::{ClusterService, StoreService};
 use tonic::service::interceptor::InterceptedService;
 
@@ -42,27 +43,6 @@ pub enum StartError {
     CheckpointDir(std::io::Error),
     #[error("cannot configure TLS on the listener: {0}")]
     Tls(tonic::transport::Error),
-}
-
-/// What the services of one replica share. Cheap to clone.
-#[derive(Clone)]
-pub struct ReplicaContext {
-    pub id: NodeId,
-    pub raft: Raft,
-    /// Read access to the applied replicated state (serve reads after `ensure_linearizable`).
-    pub reader: StateReader,
-    pub advertise: Arc<str>,
-    /// This replica's Prometheus metrics (served on `/metrics` by the binary when configured).
-    pub telemetry: ReplicaMetrics,
-    /// TLS for calls to other replicas (mutual: presents this replica's certificate); `None`
-    /// when the cluster runs plaintext. Dial peers with `cairn_proto::tls::endpoint`.
-    pub peer_tls: Option<cairn_proto::tls::ClientTls>,
-}
-
-impl ReplicaContext {
-    pub fn metrics(&self) -> RaftMetrics {
-        self.raft.metrics().borrow().clone()
-    }
 }
 
 /// A started replica. Dropping it stops the gRPC server (the stop sender goes away); call
@@ -186,7 +166,7 @@ impl Replica {
     }
 
     /// This replica's metrics registry, to serve on `/metrics`.
-    pub fn metrics_registry(&self) -> Arc<cairn_taskrt::exporter::Registry> {
+    pub fn metrics_registry(&self) -> Arc<cairn_process::metrics::Registry> {
         self.ctx.telemetry.registry()
     }
 

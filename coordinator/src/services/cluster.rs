@@ -11,10 +11,11 @@ use cairn_raft::types::{Node, NodeId, RaftMetrics};
 use openraft::ChangeMembers;
 use tonic::{Request, Response, Status};
 
-use super::{leader_runtime, linearizable};
+use super::leader_runtime;
 use crate::error::NodeError;
 use crate::leader::LeaderHandle;
-use crate::node::ReplicaContext;
+use crate::replica::ReplicaContext;
+use crate::replica::linearizable;
 
 #[derive(Clone)]
 /// What a status call reports, read after confirming leadership (linearizable).
@@ -81,9 +82,7 @@ fn membership_reply(ctx: &ReplicaContext, log_index: u64) -> MembershipReply {
     MembershipReply { log_index, members: members(&ctx.metrics()) }
 }
 
-pub(crate) fn check_node_id(id: u64) -> Result<(), NodeError> {
-    if id == 0 { Err(NodeError::InvalidArgument("node_id must be at least 1".into())) } else { Ok(()) }
-}
+pub(crate) use super::learner::check_node_id;
 
 #[tonic::async_trait]
 impl Cluster for ClusterService {

@@ -26,9 +26,13 @@ use cairn_raft::types::{Node, RaftMetrics};
 use openraft::ChangeMembers;
 use tokio::time::Instant;
 
-use super::cluster::check_node_id;
 use crate::error::NodeError;
-use crate::node::ReplicaContext;
+use crate::replica::ReplicaContext;
+
+/// A node id as membership changes take it: Raft node ids start at 1.
+pub(crate) fn check_node_id(id: u64) -> Result<(), NodeError> {
+    if id == 0 { Err(NodeError::InvalidArgument("node_id must be at least 1".into())) } else { Ok(()) }
+}
 
 /// How long a call without a deadline waits for a learner to catch up.
 pub const DEFAULT_CATCH_UP: Duration = Duration::from_secs(30);

@@ -11,9 +11,10 @@ use cairn_raft::model::{Command, JobId, JobRecord, JobSpec, Outcome};
 use crate::checkpoint::TriggerKind;
 use tonic::{Request, Response, Status};
 
-use super::{leader_runtime, linearizable, propose};
+use super::leader_runtime;
 use crate::error::NodeError;
-use crate::node::ReplicaContext;
+use crate::replica::ReplicaContext;
+use crate::replica::{linearizable, propose};
 
 /// Longest accepted job name and spec, to keep Raft entries small.
 pub(crate) const MAX_NAME_LEN: usize = 256;
@@ -56,20 +57,20 @@ pub(crate) fn parse_spec(raw: &str) -> Result<JobSpec, NodeError> {
 }
 
 /// Validates a job spec before it is proposed: the checkpoint configuration, the graph against
-/// the operator registry, the restore point's `_metadata`, and the restore flags. Error messages
+/// the operator catalog, the restore point's `_metadata`, and the restore flags. Error messages
 /// name the field as `<prefix><field>`.
 pub(crate) fn check_spec(spec: &JobSpec, prefix: &str) -> Result<(), NodeError> {
     spec.checkpoint.validate().map_err(|e| NodeError::InvalidArgument(format!("{prefix}checkpoint: {e}")))?;
     if !spec.graph.is_null() {
-        let graph: cairn_taskrt::graph::JobGraph = serde_json::from_value(spec.graph.clone())
+        let graph: cairn_protocol::graph::JobGraph = serde_json::from_value(spec.graph.clone())
             .map_err(|e| NodeError::InvalidArgument(format!("{prefix}graph: {e}")))?;
         graph
-            .validate(&cairn_taskrt::registry::OperatorRegistry::with_builtins())
+            .validate(&cairn_protocol::operators::OperatorCatalog::builtin())
             .map_err(|e| NodeError::InvalidArgument(format!("{prefix}graph: {e}")))?;
     }
     if let Some(dir) = &spec.restore_from {
-        let path = std::path::Path::new(dir).join(cairn_storage::checkpoint::layout::METADATA_FILE);
-        cairn_storage::checkpoint::read_metadata_unverified(&path)
+        let path = std::path::Path::new(dir).join(cairn_protocol::checkpoint::layout::METADATA_FILE);
+        cairn_protocol::checkpoint::read_metadata_unverified(&path)
             .map_err(|e| NodeError::InvalidArgument(format!("{prefix}restore_from: {e}")))?;
     }
     if spec.allow_non_restored_state && spec.restore_from.is_none() {

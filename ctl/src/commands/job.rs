@@ -140,7 +140,7 @@ pub fn read_graph(path: &Path) -> Result<String, CtlError> {
             path.display()
         ))
     })?;
-    if let Err(e) = cairn_taskrt::graph::JobGraph::from_json(&text) {
+    if let Err(e) = cairn_protocol::graph::JobGraph::from_json(&text) {
         let whole_spec = serde_json::from_str::<Value>(&text).is_ok_and(|v| v.get("graph").is_some());
         let hint = if whole_spec {
             "; the file looks like a whole job spec: --graph takes only its \"graph\" object"
@@ -219,7 +219,7 @@ pub fn checkpoint_json(flags: &CheckpointFlags) -> Result<Option<Map<String, Val
 /// Decodes the fields as the cluster will (unknown names and bad durations are refused) and
 /// checks each given value; fields not given take valid defaults.
 pub fn check_checkpoint_config(map: &Map<String, Value>) -> Result<(), CtlError> {
-    let config: cairn_raft::model::CheckpointConfig = serde_json::from_value(Value::Object(map.clone()))
+    let config: cairn_protocol::config::CheckpointConfig = serde_json::from_value(Value::Object(map.clone()))
         .map_err(|e| {
             CtlError::Usage(format!(
                 "invalid checkpoint configuration: {e} (fields: interval, timeout, min_pause, \

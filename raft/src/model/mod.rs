@@ -11,15 +11,15 @@
 //! touches ([`Command::job`]) together with the applied log id, in one transaction.
 
 mod command;
-mod config;
 mod job;
 pub mod request;
 mod state;
 
 pub use command::{Command, CommandError, CommandResponse, Outcome};
-pub use config::{CheckpointConfig, ConfigError};
-pub use job::{
-    CheckpointKind, CompletedCheckpoint, JobId, JobIdError, JobRecord, JobSpec, JobStatus, SavepointRecord,
-};
+// The submitted job's vocabulary is the contract crate's; the registry stores it as it is.
+pub use cairn_protocol::checkpoint::CheckpointKind;
+pub use cairn_protocol::config::{CheckpointConfig, ConfigError};
+pub use cairn_protocol::job::{JobId, JobIdError, JobSpec};
+pub use job::{CompletedCheckpoint, JobRecord, JobStatus, SavepointRecord};
 pub use request::{RequestEntry, RequestTable};
 pub use state::StateMachineData;

@@ -21,13 +21,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use cairn_protocol::assign::StateAssignment;
+use cairn_protocol::graph::JobGraph;
 use cairn_taskrt::checkpoint::pool::SnapshotPool;
 use cairn_taskrt::demo::DemoJob;
 use cairn_taskrt::demo::source::SourceConfig;
-use cairn_taskrt::graph::JobGraph;
 use cairn_taskrt::metrics::{TaskCounters, TaskMonitor};
 use cairn_taskrt::registry::OperatorRegistry;
-use cairn_taskrt::runtime::{JobDeployment, JobRestore, LocalJob, RuntimeOptions};
+use cairn_taskrt::runtime::{JobDeployment, LocalJob, RuntimeOptions};
 use cairn_taskrt::state::storage::CheckpointStorage;
 use cairn_taskrt::testkit::{Event, ScriptedCoordinator};
 use clap::Parser;
@@ -255,7 +256,7 @@ async fn run(args: &Args, spec: RunSpec) -> anyhow::Result<RunResult> {
         parallelism: args.parallelism,
         max_parallelism: args.max_parallelism,
     };
-    let deploy = |graph: &JobGraph, attempt: u32, restore: Option<JobRestore>| {
+    let deploy = |graph: &JobGraph, attempt: u32, restore: Option<StateAssignment>| {
         LocalJob::deploy(
             JobDeployment {
                 job_id: "bench".into(),
@@ -304,7 +305,8 @@ async fn run(args: &Args, spec: RunSpec) -> anyhow::Result<RunResult> {
             .context("prefilling the keyed state")?;
         kill(job).await;
         coordinator.events.clear();
-        deploy(&graph, 1, coordinator.restore())?
+        let restore = coordinator.restore(&graph).transpose().context("assigning the prefilled state")?;
+        deploy(&graph, 1, restore)?
     } else {
         deploy(&graph, 0, None)?
     };

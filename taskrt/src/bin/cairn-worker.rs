@@ -10,10 +10,11 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
+use cairn_process::metrics as exporter;
+use cairn_process::shutdown::ShutdownSignals;
 use cairn_taskrt::demo::verify::{Expectation, verify_output};
-use cairn_taskrt::exporter::{self, TaskMetrics};
+use cairn_taskrt::exporter::TaskMetrics;
 use cairn_taskrt::registry::OperatorRegistry;
-use cairn_taskrt::shutdown::ShutdownSignals;
 use cairn_taskrt::worker::{LogFormat, RunArgs, Worker, WorkerConfig};
 use clap::{Parser, Subcommand};
 use tokio::sync::oneshot;

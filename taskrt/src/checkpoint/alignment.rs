@@ -12,7 +12,7 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use crate::exchange::Barrier;
-use crate::protocol::DeclineReason;
+use cairn_protocol::messages::DeclineReason;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AlignmentAction {
@@ -155,7 +155,7 @@ impl BarrierAligner {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::CheckpointOptions;
+    use cairn_protocol::messages::CheckpointOptions;
 
     fn barrier(id: u64) -> Barrier {
         Barrier { checkpoint_id: id, timestamp_ms: 0, options: CheckpointOptions::checkpoint() }

@@ -21,40 +21,51 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use cairn_storage::checkpoint::CheckpointMetadata;
+use cairn_protocol::checkpoint::CheckpointMetadata;
 
-use crate::graph::{Edge, JobGraph, OperatorSpec, Partitioning, Vertex};
-use crate::registry::{FnFactory, OperatorRegistry};
+use cairn_protocol::graph::{Edge, JobGraph, OperatorSpec, Partitioning, Vertex};
+use cairn_protocol::operators::{OperatorCatalog, OperatorKind};
+
+use crate::operator::{FnFactory, OperatorFactory};
 use crate::state::StateError;
 use crate::state::storage::read_verified;
 
-pub const SOURCE_KIND: &str = "sequence_source";
-pub const COUNTER_KIND: &str = "keyed_counter";
-pub const SINK_KIND: &str = "two_phase_file_sink";
+pub use cairn_protocol::operators::builtin::{
+    KEYED_COUNTER as COUNTER_KIND, SEQUENCE_SOURCE as SOURCE_KIND, TWO_PHASE_FILE_SINK as SINK_KIND,
+};
 
-/// Registers the demo kinds.
-pub fn register(registry: &mut OperatorRegistry) {
-    registry.register(
-        SOURCE_KIND,
-        Arc::new(FnFactory::new(true, |config, info| {
-            Ok(Box::new(source::SequenceSource::new(source::SourceConfig::parse(config)?, info)) as _)
-        })),
-    );
-    registry.register(
-        COUNTER_KIND,
-        Arc::new(FnFactory::new(false, |config, _info| {
-            if !config.is_null() && config.as_object().is_none_or(|o| !o.is_empty()) {
-                return Err("keyed_counter takes no configuration".into());
-            }
-            Ok(Box::new(counter::KeyedCounter) as _)
-        })),
-    );
-    registry.register(
-        SINK_KIND,
-        Arc::new(FnFactory::new(false, |config, info| {
-            Ok(Box::new(sink::TwoPhaseFileSink::new(sink::SinkConfig::parse(config)?, info)) as _)
-        })),
-    );
+/// The demo kinds: the built-in catalog's, each with its factory.
+pub fn factories() -> Vec<(OperatorKind, Arc<dyn OperatorFactory>)> {
+    let catalog = OperatorCatalog::builtin();
+    let kind = |name: &str| catalog.get(name).cloned();
+    let (Some(source), Some(counter), Some(sink)) = (kind(SOURCE_KIND), kind(COUNTER_KIND), kind(SINK_KIND))
+    else {
+        // The built-in catalog names these kinds (tested): nothing to offer without them.
+        return Vec::new();
+    };
+    vec![
+        (
+            source,
+            Arc::new(FnFactory::new(|config, info| {
+                Ok(Box::new(source::SequenceSource::new(source::SourceConfig::parse(config)?, info)) as _)
+            })),
+        ),
+        (
+            counter,
+            Arc::new(FnFactory::new(|config, _info| {
+                if !config.is_null() && config.as_object().is_none_or(|o| !o.is_empty()) {
+                    return Err("keyed_counter takes no configuration".into());
+                }
+                Ok(Box::new(counter::KeyedCounter) as _)
+            })),
+        ),
+        (
+            sink,
+            Arc::new(FnFactory::new(|config, info| {
+                Ok(Box::new(sink::TwoPhaseFileSink::new(sink::SinkConfig::parse(config)?, info)) as _)
+            })),
+        ),
+    ]
 }
 
 /// Shape of the demo job.

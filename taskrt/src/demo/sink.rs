@@ -17,7 +17,7 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use cairn_storage::checkpoint::OperatorStateMode;
+use cairn_protocol::checkpoint::OperatorStateMode;
 use serde::{Deserialize, Serialize};
 
 use crate::exchange::Record;
@@ -37,9 +37,8 @@ pub struct SinkConfig {
 impl SinkConfig {
     pub fn parse(config: &serde_json::Value) -> Result<Self, String> {
         let cfg: Self = serde_json::from_value(config.clone()).map_err(|e| e.to_string())?;
-        if cfg.output_dir.as_os_str().is_empty() {
-            return Err("output_dir must not be empty".into());
-        }
+        let dir = cfg.output_dir.to_str().ok_or("output_dir must be valid UTF-8")?;
+        cairn_protocol::operators::check_absolute_path(dir).map_err(|e| format!("`output_dir` {e}"))?;
         Ok(cfg)
     }
 }

@@ -10,7 +10,7 @@
 
 use std::time::{Duration, Instant};
 
-use cairn_storage::checkpoint::OperatorStateMode;
+use cairn_protocol::checkpoint::OperatorStateMode;
 use serde::{Deserialize, Serialize};
 
 use crate::exchange::Record;

@@ -1,55 +1,10 @@
-//! Prometheus metrics of Cairn's processes: the `/metrics` HTTP endpoint that both `cairn` and
-//! `cairn-worker` serve, and the task-level checkpoint figures of a worker.
+//! The task-level checkpoint figures a worker exports on its `/metrics` endpoint (served with
+//! `cairn_process::metrics`, like the replicas').
 //!
 //! | module | owns |
 //! | --- | --- |
-//! | [`http`] | [`serve`]: a small HTTP/1.1 server answering `GET /metrics` from a [`Registry`] |
-//! | [`owners`] | [`SeriesOwners`]: series shared by several owners, removed when the last one goes |
 //! | [`task`] | [`TaskMetrics`]: per-subtask checkpoint figures, recorded by the tasks themselves |
-//!
-//! Nothing here is global: a process builds one [`Registry`] ([`new_registry`]), registers its
-//! metric families into it, hands the families (cheap handles over atomics) to whoever owns the
-//! figures, and serves the registry. Tests in one process therefore stay independent.
 
-pub mod http;
-pub mod owners;
 pub mod task;
 
-pub use http::{CONTENT_TYPE, render, serve};
-pub use owners::SeriesOwners;
-pub use prometheus_client::registry::Registry;
 pub use task::{TaskMetrics, TaskSeries};
-
-/// Prefix of every metric Cairn exports (`cairn_...`).
-pub const PREFIX: &str = "cairn";
-
-/// Binds the metrics listener when `metrics_listen` is set (before anything else starts, so a
-/// taken port fails the start with the address and the setting named).
-pub async fn bind(addr: Option<&str>) -> Result<Option<tokio::net::TcpListener>, BindError> {
-    match addr {
-        None => Ok(None),
-        Some(addr) => tokio::net::TcpListener::bind(addr)
-            .await
-            .map(Some)
-            .map_err(|source| BindError { addr: addr.to_owned(), source }),
-    }
-}
-
-/// The metrics listener could not be bound.
-#[derive(Debug, thiserror::Error)]
-#[error("cannot serve metrics on {addr} (--metrics-listen / metrics_listen): {source}")]
-pub struct BindError {
-    pub addr: String,
-    #[source]
-    pub source: std::io::Error,
-}
-
-/// An empty registry whose metrics are all named `cairn_<name>`.
-pub fn new_registry() -> Registry {
-    Registry::with_prefix(PREFIX)
-}
-
-/// Milliseconds as the seconds Prometheus expects.
-pub(crate) fn ms_to_seconds(ms: u64) -> f64 {
-    ms as f64 / 1000.0
-}

@@ -9,15 +9,14 @@
 
 use std::sync::atomic::AtomicU64;
 
-use cairn_storage::checkpoint::TaskCheckpointMetrics;
+use cairn_protocol::checkpoint::TaskCheckpointMetrics;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use super::ms_to_seconds;
-use super::owners::SeriesOwners;
+use cairn_process::metrics::{SeriesOwners, ms_to_seconds};
 
 /// Labels of one subtask.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -205,7 +204,7 @@ impl Drop for TaskSeries {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exporter::{new_registry, render};
+    use cairn_process::metrics::{new_registry, render};
 
     fn sample(text: &str, name: &str, labels: &str) -> Option<f64> {
         let prefix = format!("{name}{{{labels}}} ");

@@ -9,12 +9,12 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use cairn_storage::checkpoint::{KeyGroupRange, StateFile};
+use cairn_protocol::checkpoint::{KeyGroupRange, StateFile};
 
 use super::StateError;
 use super::codec::{KeyGroupData, MapEntries};
-use crate::graph::is_valid_id;
-use crate::keygroups::key_group_of;
+use cairn_protocol::graph::is_valid_id;
+use cairn_protocol::keygroups::key_group_of;
 
 #[derive(Debug, Clone, Default)]
 struct Group {

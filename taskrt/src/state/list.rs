@@ -4,10 +4,10 @@
 
 use std::collections::BTreeMap;
 
-use cairn_storage::checkpoint::OperatorStateMode;
+use cairn_protocol::checkpoint::OperatorStateMode;
 
 use super::StateError;
-use crate::graph::is_valid_id;
+use cairn_protocol::graph::is_valid_id;
 
 /// One named list.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -4,13 +4,13 @@
 //!   group, with the incremental bookkeeping (which key-group files can be reused).
 //! - [`list`]: operator list state (round-robin or union redistribution).
 //! - [`codec`]: the byte format of a key-group file.
-//! - [`storage`]: where files go (checkpoint storage, via `cairn_storage::checkpoint`), durable
+//! - [`storage`]: where files go (checkpoint storage, via `cairn_protocol::checkpoint`), durable
 //!   writes, verified reads (size + CRC-32), and fault-injection hooks for tests.
 //! - [`snapshot`]: the synchronous part (serialize what must be written) and the asynchronous
 //!   part (write it, producing the acknowledged `SubtaskState`).
-//! - [`assign`]: which handles each subtask restores from, for any new parallelism.
+//! - [`restore`]: loading the handles a subtask was assigned (the assignment itself is the
+//!   contract crate's `cairn_protocol::assign`).
 
-pub mod assign;
 pub mod codec;
 pub mod keyed;
 pub mod list;
@@ -20,7 +20,7 @@ pub mod storage;
 
 use std::path::PathBuf;
 
-use cairn_storage::checkpoint::KeyGroupRange;
+use cairn_protocol::checkpoint::KeyGroupRange;
 
 /// Why reading, writing or using state failed.
 #[derive(Debug, thiserror::Error)]

@@ -4,12 +4,12 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use cairn_storage::checkpoint::{OperatorStateMode, StateFile};
+use cairn_protocol::checkpoint::{OperatorStateMode, StateFile};
 
 use super::StateError;
 use super::codec::{self, KeyGroupData};
 use super::storage::{read_verified, resolve};
-use crate::protocol::TaskRestore;
+use cairn_protocol::assign::TaskRestore;
 
 /// One restored operator's state, in memory.
 #[derive(Debug, Default)]
@@ -51,20 +51,22 @@ pub fn load(restore: &TaskRestore) -> Result<LoadedRestore, StateError> {
             }
             loaded.groups.push((*kg, data, file.clone()));
         }
-        for list in &op.lists {
-            let mut elements = Vec::with_capacity(list.elements.len());
-            for e in &list.elements {
-                let bytes = read(&e.file)?;
+        for list in &op.list_states {
+            let mut elements = Vec::with_capacity(list.element_count());
+            for part in &list.parts {
+                let bytes = read(&part.file)?;
                 let len = bytes.len() as u64;
-                if e.start > e.end || e.end > len {
-                    return Err(StateError::ElementOutOfBounds {
-                        path: resolve(base, &e.file.path)?,
-                        start: e.start,
-                        end: e.end,
-                        len,
-                    });
+                for e in &part.elements {
+                    if e.start > e.end || e.end > len {
+                        return Err(StateError::ElementOutOfBounds {
+                            path: resolve(base, &part.file.path)?,
+                            start: e.start,
+                            end: e.end,
+                            len,
+                        });
+                    }
+                    elements.push(bytes[e.start as usize..e.end as usize].to_vec());
                 }
-                elements.push(bytes[e.start as usize..e.end as usize].to_vec());
             }
             loaded.lists.push((list.name.clone(), list.mode, elements));
         }

@@ -18,8 +18,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use cairn_storage::checkpoint::layout::SHARED_DIR;
-use cairn_storage::checkpoint::{
+use cairn_protocol::checkpoint::layout::SHARED_DIR;
+use cairn_protocol::checkpoint::{
     CheckpointLayout, OperatorListState, OperatorStateMode, OperatorSubtaskState, StateFile, SubtaskState,
 };
 

@@ -1,7 +1,7 @@
 //! Checkpoint storage as the task side sees it: durable file writes under the job's checkpoint
 //! directory (or a savepoint directory), verified reads, and a hook to inject faults in tests.
 //!
-//! Paths in handles are relative (see `cairn_storage::checkpoint::layout`); every relative path
+//! Paths in handles are relative (see `cairn_protocol::checkpoint::layout`); every relative path
 //! read from a handle is checked with `is_safe_relative` before it is resolved.
 
 use std::fmt;
@@ -9,8 +9,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use cairn_storage::checkpoint::layout::is_safe_relative;
-use cairn_storage::checkpoint::{CheckpointLayout, StateFile};
+use cairn_protocol::checkpoint::layout::is_safe_relative;
+use cairn_protocol::checkpoint::{CheckpointLayout, StateFile};
 
 use super::StateError;
 

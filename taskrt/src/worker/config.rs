@@ -17,6 +17,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use cairn_proto::addr::{is_host_port, normalize as normalize_endpoint};
 use serde::{Deserialize, Serialize};
 
 /// How log lines are written.
@@ -100,17 +101,6 @@ pub enum ConfigError {
 
 fn invalid(key: &'static str, reason: impl Into<String>) -> ConfigError {
     ConfigError::Invalid { key, reason: reason.into() }
-}
-
-/// `host:port` with a non-empty host and a non-zero port.
-pub(crate) fn is_host_port(addr: &str) -> bool {
-    addr.rsplit_once(':')
-        .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p != 0))
-}
-
-/// The form endpoints are compared in: no scheme, no trailing slash, no spaces.
-pub(crate) fn normalize_endpoint(endpoint: &str) -> String {
-    cairn_proto::tls::strip_scheme(endpoint).to_owned()
 }
 
 impl WorkerConfig {

@@ -15,11 +15,11 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tonic::transport::Channel;
 
-use super::endpoints::{Backoff, Endpoints, Next};
 use super::host::HostCommand;
 use super::session::{Session, SessionError};
 use super::{JobsView, WorkerStatus};
-use crate::protocol::TermFence;
+use cairn_client::follow::{Backoff, Endpoints, Next};
+use cairn_protocol::messages::TermFence;
 
 pub(crate) struct Connector {
     pub worker_id: String,
@@ -145,7 +145,7 @@ impl Connector {
         if let Some(ch) = self.channels.get(addr) {
             return Ok(ch.clone());
         }
-        if !super::config::is_host_port(addr) {
+        if !cairn_proto::addr::is_host_port(addr) {
             return Err("expected host:port".to_owned());
         }
         let ch = cairn_proto::tls::endpoint(addr, self.tls.as_ref())

@@ -1,13 +1,12 @@
 //! Turning a leader's [`Deployment`] into a [`JobDeployment`] the runtime can start: decode the
-//! graph, read the restore `_metadata` (verified against size and CRC-32 when the leader knows
-//! them), and name the task attempts a deployment covers (also when it cannot be decoded, so
-//! that a failure can be reported for each of them).
+//! graph, take each subtask's restore as the leader assigned it, and name the task attempts a
+//! deployment covers (also when it cannot be decoded, so that a failure can be reported for each
+//! of them).
 
-use cairn_storage::checkpoint::{MetadataError, MetadataPointer, read_metadata, read_metadata_unverified};
+use cairn_protocol::graph::{GraphError, JobGraph};
+use cairn_protocol::messages::{Deployment, TaskAttemptId, TaskId};
 
-use crate::graph::{GraphError, JobGraph};
-use crate::protocol::{Deployment, RestoreSource, TaskAttemptId, TaskId};
-use crate::runtime::{DeployError, JobDeployment, JobRestore, RuntimeOptions};
+use crate::runtime::{DeployError, JobDeployment, RuntimeOptions};
 use crate::state::storage::CheckpointStorage;
 
 /// Why a deployment could not be started; reported to the leader as each task's failure cause.
@@ -15,14 +14,6 @@ use crate::state::storage::CheckpointStorage;
 pub enum DeploymentError {
     #[error(transparent)]
     Graph(#[from] GraphError),
-    #[error("cannot read the restore metadata of checkpoint {checkpoint_id}: {source}")]
-    Metadata {
-        checkpoint_id: u64,
-        #[source]
-        source: MetadataError,
-    },
-    #[error("reading the restore metadata was interrupted: {0}")]
-    Interrupted(String),
     #[error("the deployment needs {needed} slots but only {free} of this worker's {slots} are free")]
     NoSlots { needed: usize, free: usize, slots: u32 },
     #[error("cannot start the job: {0}")]
@@ -85,32 +76,14 @@ pub fn task_attempts(d: &Deployment, graph: Option<&JobGraph>) -> Vec<TaskAttemp
 /// Bound on the subtasks named for an undecodable graph (it may say anything).
 const MAX_REPORTED_PARALLELISM: u32 = 4096;
 
-/// Reads the `_metadata` a deployment restores from. Blocking file I/O: call it off the
-/// runtime's worker threads.
-pub fn read_restore(r: &RestoreSource) -> Result<JobRestore, DeploymentError> {
-    let metadata = match (r.metadata_size, r.metadata_crc32) {
-        (Some(size), Some(crc32)) => {
-            read_metadata(&MetadataPointer { path: r.metadata_path.clone(), size, crc32 })
-        }
-        _ => read_metadata_unverified(&r.metadata_path),
-    }
-    .map_err(|source| DeploymentError::Metadata { checkpoint_id: r.checkpoint_id, source })?;
-    Ok(JobRestore { metadata, base_dir: r.base_dir.clone() })
-}
-
-/// Everything but the restore, which [`read_restore`] provides.
-pub fn job_deployment(
-    d: &Deployment,
-    graph: JobGraph,
-    restore: Option<JobRestore>,
-    template: &RuntimeOptions,
-) -> JobDeployment {
+/// The runtime's deployment of `d`, with the restore the leader assigned.
+pub fn job_deployment(d: &Deployment, graph: JobGraph, template: &RuntimeOptions) -> JobDeployment {
     JobDeployment {
         job_id: d.job_id.clone(),
         graph,
         attempt: d.attempt,
         storage: CheckpointStorage::new(&d.storage_root, &d.job_id),
-        restore,
+        restore: d.restore.clone(),
         options: RuntimeOptions { incremental: d.incremental, ..template.clone() },
     }
 }
@@ -146,7 +119,7 @@ mod tests {
         let ids = task_attempts(&d, Some(&graph));
         assert_eq!(ids.len(), 5);
         assert!(ids.iter().all(|t| t.attempt == 3 && t.task.job == "j"));
-        let jd = job_deployment(&d, graph, None, &RuntimeOptions::default());
+        let jd = job_deployment(&d, graph, &RuntimeOptions::default());
         assert!(jd.options.incremental);
     }
 
@@ -160,19 +133,5 @@ mod tests {
         assert_eq!(ids.len(), 2);
         assert_eq!(ids[1].task.vertex, "a");
         assert!(task_attempts(&deployment(serde_json::json!(7)), None).is_empty());
-    }
-
-    #[test]
-    fn a_missing_restore_file_is_a_typed_error() {
-        let r = RestoreSource {
-            checkpoint_id: 4,
-            metadata_path: "/nonexistent/chk-4/_metadata".into(),
-            metadata_size: Some(10),
-            metadata_crc32: Some(1),
-            base_dir: "/nonexistent".into(),
-        };
-        let err = read_restore(&r).unwrap_err();
-        assert!(matches!(err, DeploymentError::Metadata { checkpoint_id: 4, .. }), "{err}");
-        assert!(err.cause().contains("_metadata"), "{}", err.cause());
     }
 }

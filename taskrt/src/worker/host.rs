@@ -27,11 +27,11 @@ use super::deploy::{self, DeploymentError};
 use super::outbox::{Outbox, Pushed};
 use super::{JobsView, TaskView};
 use crate::checkpoint::pool::SnapshotPool;
-use crate::protocol::{
-    CoordinatorMessage, Deployment, TaskAttemptId, TaskCommand, TaskMessage, TaskStatus, ToTask,
-};
 use crate::registry::OperatorRegistry;
 use crate::runtime::{LocalJob, RuntimeOptions};
+use cairn_protocol::messages::{
+    CoordinatorMessage, Deployment, TaskAttemptId, TaskCommand, TaskMessage, TaskStatus, ToTask,
+};
 
 /// Capacity of the host's command channel.
 pub(crate) const COMMAND_CAPACITY: usize = 256;
@@ -268,7 +268,7 @@ impl JobHost {
     async fn start(
         &mut self,
         d: &Deployment,
-        graph: crate::graph::JobGraph,
+        graph: cairn_protocol::graph::JobGraph,
         needed: usize,
     ) -> Result<LocalJob, DeploymentError> {
         let used: usize = self.jobs.values().map(|j| j.statuses.len()).sum();
@@ -276,15 +276,7 @@ impl JobHost {
         if needed > free {
             return Err(DeploymentError::NoSlots { needed, free, slots: self.settings.slots });
         }
-        let restore = match d.restore.clone() {
-            None => None,
-            Some(r) => Some(
-                tokio::task::spawn_blocking(move || deploy::read_restore(&r))
-                    .await
-                    .map_err(|e| DeploymentError::Interrupted(e.to_string()))??,
-            ),
-        };
-        let jd = deploy::job_deployment(d, graph, restore, &self.settings.runtime);
+        let jd = deploy::job_deployment(d, graph, &self.settings.runtime);
         Ok(LocalJob::deploy(jd, &self.registry, self.pool.clone())?)
     }
 

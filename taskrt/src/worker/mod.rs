@@ -30,7 +30,6 @@
 pub mod config;
 pub mod connection;
 pub mod deploy;
-pub mod endpoints;
 pub mod host;
 pub mod outbox;
 pub mod session;
@@ -48,9 +47,9 @@ pub use session::SessionError;
 
 use crate::checkpoint::pool::SnapshotPool;
 use crate::exporter::TaskMetrics;
-use crate::protocol::{TaskAttemptId, TaskStatus, TermFence};
 use crate::registry::OperatorRegistry;
 use crate::runtime::RuntimeOptions;
+use cairn_protocol::messages::{TaskAttemptId, TaskStatus, TermFence};
 
 /// The leader the worker is registered with.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -178,8 +177,11 @@ impl Worker {
             slots: config.slots,
             connect_timeout: config.connect_timeout,
             register_timeout: config.register_timeout,
-            endpoints: endpoints::Endpoints::new(config.endpoints()),
-            backoff: endpoints::Backoff::new(config.reconnect_backoff_min, config.reconnect_backoff_max),
+            endpoints: cairn_client::follow::Endpoints::new(config.endpoints()),
+            backoff: cairn_client::follow::Backoff::new(
+                config.reconnect_backoff_min,
+                config.reconnect_backoff_max,
+            ),
             channels: HashMap::new(),
             tls,
             fence: TermFence::default(),

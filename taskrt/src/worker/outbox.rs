@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use crate::protocol::{TaskAttemptId, TaskMessage, TaskStatus};
+use cairn_protocol::messages::{TaskAttemptId, TaskMessage, TaskStatus};
 
 /// What happened to a pushed report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -121,7 +121,7 @@ impl Outbox {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::{DeclineReason, TaskId};
+    use cairn_protocol::messages::{DeclineReason, TaskId};
 
     fn id(subtask: u32) -> TaskAttemptId {
         TaskAttemptId { task: TaskId { job: "j".into(), vertex: "v".into(), subtask }, attempt: 1 }

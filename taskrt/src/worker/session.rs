@@ -27,7 +27,7 @@ use tonic::transport::Channel;
 
 use super::host::HostCommand;
 use super::{JobsView, LeaderInfo, WorkerStatus};
-use crate::protocol::{Deployment, TaskCommand, TermFence};
+use cairn_protocol::messages::{Deployment, TaskCommand, TermFence};
 
 /// Capacity of the outbound (worker → leader) stream.
 const OUTBOUND_CAPACITY: usize = 1024;

@@ -7,14 +7,15 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use cairn_storage::checkpoint::{CheckpointMetadata, KeyGroupRange};
+use cairn_protocol::assign::TaskRestore;
+use cairn_protocol::checkpoint::{CheckpointMetadata, KeyGroupRange};
+use cairn_protocol::graph::Partitioning;
+use cairn_protocol::messages::{CoordinatorMessage, TaskAttemptId, TaskId, TaskMessage, ToTask};
 use cairn_taskrt::chain::{ChainMember, OperatorChain};
 use cairn_taskrt::checkpoint::pool::SnapshotPool;
 use cairn_taskrt::exchange::{EdgeOutput, InputGate, OutputGate, Record, StreamElement};
-use cairn_taskrt::graph::Partitioning;
 use cairn_taskrt::metrics::{TaskMonitor, task_observer};
 use cairn_taskrt::operator::{Operator, OperatorContext, OperatorError, SourcePoll, TaskInfo};
-use cairn_taskrt::protocol::{CoordinatorMessage, TaskAttemptId, TaskId, TaskMessage, TaskRestore, ToTask};
 use cairn_taskrt::state::codec;
 use cairn_taskrt::state::keyed::KeyedStateBackend;
 use cairn_taskrt::state::list::OperatorStateBackend;

@@ -18,11 +18,11 @@ use cairn_coordinator::checkpoint::{
     Action, CheckpointCoordinatorCore, CoreConfig, Event, Now, Recovered, RequestId, TaskAttemptId,
     TaskDescriptor, TaskSet, TriggerKind,
 };
+use cairn_protocol::checkpoint::{MetadataPointer, SubtaskState, TaskCheckpointMetrics};
+use cairn_protocol::messages::{TaskMessage, ToTask};
 use cairn_raft::model::{CheckpointConfig, JobId, Outcome};
-use cairn_storage::checkpoint::{MetadataPointer, SubtaskState, TaskCheckpointMetrics};
 use cairn_taskrt::demo::DemoJob;
 use cairn_taskrt::demo::source::SourceConfig;
-use cairn_taskrt::protocol::{TaskMessage, ToTask};
 use cairn_tests::inproc::{InProcCluster, test_timing};
 use cairn_tests::scripted::{FromLeader, ScriptedWorker, attempt_id, report_all_running, subtasks};
 use clap::Parser;

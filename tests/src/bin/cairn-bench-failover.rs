@@ -14,7 +14,7 @@
 
 use std::time::{Duration, Instant};
 
-use cairn_coordinator::client::LeaderClient;
+use cairn_client::LeaderClient;
 use cairn_taskrt::demo::DemoJob;
 use cairn_taskrt::demo::source::SourceConfig;
 use cairn_tests::procs::{ProcCluster, failover_args};

@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use cairn_proto::v1::{ClusterStatus, JobRecord};
-use cairn_storage::checkpoint::layout::METADATA_FILE;
-use cairn_storage::checkpoint::read_metadata_unverified;
+use cairn_protocol::checkpoint::layout::METADATA_FILE;
+use cairn_protocol::checkpoint::read_metadata_unverified;
 use cairn_taskrt::demo::sink::{COMMITTED_DIR, PartName};
 use tokio::sync::watch;
 
@@ -290,7 +290,7 @@ pub fn check_checkpoint_files(job_dir: &Path, id: u64) -> Result<usize, String> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cairn_storage::checkpoint::{
+    use cairn_protocol::checkpoint::{
         CheckpointMetadata, OperatorSubtaskState, StateFile, SubtaskState, write_metadata,
     };
     use std::collections::BTreeMap;

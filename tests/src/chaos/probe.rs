@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use cairn_coordinator::client::{AuthChannel, BearerAuth};
+use cairn_client::{AuthChannel, BearerAuth};
 use cairn_proto::v1::cluster_client::ClusterClient;
 use cairn_proto::v1::store_client::StoreClient;
 use cairn_proto::v1::{

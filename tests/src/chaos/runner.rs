@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use cairn_proto::v1::{TriggerCheckpointRequest, TriggerKind};
-use cairn_storage::checkpoint::layout::METADATA_FILE;
-use cairn_storage::checkpoint::read_metadata_unverified;
+use cairn_protocol::checkpoint::layout::METADATA_FILE;
+use cairn_protocol::checkpoint::read_metadata_unverified;
 use cairn_taskrt::demo::verify::{Expectation, verify_output};
 use cairn_taskrt::demo::{SINK_KIND, SOURCE_KIND, source_offsets};
 use tokio::sync::watch;

@@ -15,11 +15,11 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
+use cairn_protocol::checkpoint::layout::{METADATA_FILE, is_safe_relative};
+use cairn_protocol::checkpoint::{MetadataPointer, SubtaskState, TaskCheckpointMetrics};
 use cairn_raft::model::{
     CheckpointKind, Command, CommandError, CompletedCheckpoint, Outcome, SavepointRecord,
 };
-use cairn_storage::checkpoint::layout::{METADATA_FILE, is_safe_relative};
-use cairn_storage::checkpoint::{MetadataPointer, SubtaskState, TaskCheckpointMetrics};
 
 use super::recent::Finished;
 use super::{CheckpointCoordinatorCore, Lifecycle};

@@ -23,8 +23,8 @@ mod recent;
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use cairn_protocol::checkpoint::{CheckpointLayout, CheckpointMetadata};
 use cairn_raft::model::{CheckpointKind, JobRecord};
-use cairn_storage::checkpoint::{CheckpointLayout, CheckpointMetadata};
 
 use super::actions::{Action, AllocationToken, CheckpointOptions, Event, Now, TriggerKind};
 use super::config::CoreConfig;
@@ -422,7 +422,7 @@ impl CheckpointCoordinatorCore {
             }
             _ => (self.layout.job_dir().to_owned(), self.layout.chk_dir(id), CheckpointLayout::chk_rel(id)),
         };
-        let deadline = super::trigger::instant_after(now.instant, self.config.checkpoint.timeout);
+        let deadline = super::actions::instant_after(now.instant, self.config.checkpoint.timeout);
         let init = PendingInit {
             id,
             kind,

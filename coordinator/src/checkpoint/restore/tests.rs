@@ -1,7 +1,7 @@
 use std::collections::BTreeMap;
 
+use cairn_protocol::checkpoint::{StateFile, SubtaskState, VertexInfo};
 use cairn_raft::model::{JobId, JobSpec, SavepointRecord};
-use cairn_storage::checkpoint::{OperatorListState, SubtaskState, VertexInfo};
 
 use super::*;
 
@@ -59,43 +59,12 @@ fn meta(
     }
 }
 
-fn point(meta: CheckpointMetadata) -> RestorePoint {
-    RestorePoint {
-        checkpoint_id: meta.checkpoint_id,
-        kind: CheckpointKind::Checkpoint,
-        base_dir: "/cp/j".into(),
-        metadata: meta,
-    }
-}
-
-fn target(vertex: &str, parallelism: u32, max: u32, ops: &[&str]) -> VertexTarget {
-    VertexTarget {
-        id: vertex.into(),
-        parallelism,
-        max_parallelism: max,
-        operators: ops.iter().map(|o| o.to_string()).collect(),
-    }
-}
-
 /// One operator `op` with keyed files for the given key groups.
 fn keyed(op: &str, groups: impl IntoIterator<Item = u32>) -> SubtaskState {
-    let mut s = OperatorSubtaskState::default();
+    let mut s = cairn_protocol::checkpoint::OperatorSubtaskState::default();
     for kg in groups {
         s.keyed.insert(kg, file(&format!("chk-1/kg-{kg}"), 1));
     }
-    SubtaskState { operators: BTreeMap::from([(op.to_string(), s)]) }
-}
-
-fn list(
-    op: &str,
-    name: &str,
-    mode: OperatorStateMode,
-    path: &str,
-    offsets: Vec<u64>,
-    size: u64,
-) -> SubtaskState {
-    let l = OperatorListState { name: name.into(), mode, file: file(path, size), offsets };
-    let s = OperatorSubtaskState { keyed: BTreeMap::new(), list_states: vec![l] };
     SubtaskState { operators: BTreeMap::from([(op.to_string(), s)]) }
 }
 
@@ -132,128 +101,6 @@ fn metadata_of_another_checkpoint_is_rejected() {
 }
 
 #[test]
-fn keyed_state_reassigned_by_key_group_on_rescale() {
-    // max parallelism 8, parallelism 2 → 3: old ranges [0,3] [4,7]; new [0,2] [3,5] [6,7].
-    let m = meta(1, "v", 2, 8, vec![keyed("op", 0..4), keyed("op", 4..8)]);
-    let a = assign_states(&point(m), &[target("v", 3, 8, &["op"])], false).unwrap();
-    let groups = |key: &str| a.subtasks[key]["op"].keyed.keys().copied().collect::<Vec<_>>();
-    assert_eq!(groups("v/0"), vec![0, 1, 2]);
-    assert_eq!(groups("v/1"), vec![3, 4, 5]);
-    assert_eq!(groups("v/2"), vec![6, 7]);
-    assert_eq!(a.subtasks["v/1"]["op"].key_groups, KeyGroupRange { start: 3, end: 5 });
-    assert_eq!(a.subtasks["v/1"]["op"].keyed[&4].path, "chk-1/kg-4");
-    assert_eq!(a.master_states["offsets"], vec![9]);
-    assert_eq!(a.base_dir, PathBuf::from("/cp/j"));
-}
-
-#[test]
-fn max_parallelism_change_is_a_typed_error() {
-    let m = meta(1, "v", 2, 8, vec![keyed("op", 0..4), keyed("op", 4..8)]);
-    let err = assign_states(&point(m), &[target("v", 2, 16, &["op"])], false).unwrap_err();
-    assert_eq!(err, Error::MaxParallelismChanged { checkpoint_id: 1, vertex: "v".into(), old: 8, new: 16 });
-}
-
-#[test]
-fn round_robin_list_state_is_pooled_and_dealt() {
-    // Old subtask 0 has elements e0, e1 (file a, 20 bytes); subtask 1 has e2 (file b, 5 bytes).
-    let rr = OperatorStateMode::RoundRobin;
-    let m = meta(
-        1,
-        "src",
-        2,
-        8,
-        vec![
-            list("op", "offsets", rr, "chk-1/a", vec![0, 10], 20),
-            list("op", "offsets", rr, "chk-1/b", vec![0], 5),
-        ],
-    );
-    let a = assign_states(&point(m), &[target("src", 3, 8, &["op"])], false).unwrap();
-    let parts = |key: &str| {
-        let l = &a.subtasks[key]["op"].list_states[0];
-        assert_eq!((l.name.as_str(), l.mode), ("offsets", rr));
-        l.parts.iter().map(|p| (p.file.path.clone(), p.elements.clone())).collect::<Vec<_>>()
-    };
-    assert_eq!(parts("src/0"), vec![("chk-1/a".into(), vec![ByteRange { start: 0, end: 10 }])]);
-    assert_eq!(parts("src/1"), vec![("chk-1/a".into(), vec![ByteRange { start: 10, end: 20 }])]);
-    assert_eq!(parts("src/2"), vec![("chk-1/b".into(), vec![ByteRange { start: 0, end: 5 }])]);
-    // Scaling in to 1: everything to the one subtask.
-    let m = meta(
-        1,
-        "src",
-        2,
-        8,
-        vec![
-            list("op", "offsets", rr, "chk-1/a", vec![0, 10], 20),
-            list("op", "offsets", rr, "chk-1/b", vec![0], 5),
-        ],
-    );
-    let a = assign_states(&point(m), &[target("src", 1, 8, &["op"])], false).unwrap();
-    let elements: usize =
-        a.subtasks["src/0"]["op"].list_states[0].parts.iter().map(|p| p.elements.len()).sum();
-    assert_eq!(elements, 3);
-}
-
-#[test]
-fn round_robin_list_state_with_unchanged_parallelism_stays_put() {
-    let rr = OperatorStateMode::RoundRobin;
-    let m = meta(
-        1,
-        "src",
-        2,
-        8,
-        vec![list("op", "s", rr, "chk-1/a", vec![0, 10], 20), list("op", "s", rr, "chk-1/b", vec![0], 5)],
-    );
-    let a = assign_states(&point(m), &[target("src", 2, 8, &["op"])], false).unwrap();
-    assert_eq!(a.subtasks["src/0"]["op"].list_states[0].parts[0].elements.len(), 2);
-    assert_eq!(a.subtasks["src/1"]["op"].list_states[0].parts[0].file.path, "chk-1/b");
-}
-
-#[test]
-fn union_list_state_goes_to_every_subtask() {
-    let u = OperatorStateMode::Union;
-    let m = meta(
-        1,
-        "src",
-        2,
-        8,
-        vec![list("op", "all", u, "chk-1/a", vec![0, 10], 20), list("op", "all", u, "chk-1/b", vec![0], 5)],
-    );
-    let a = assign_states(&point(m), &[target("src", 3, 8, &["op"])], false).unwrap();
-    for i in 0..3 {
-        let l = &a.subtasks[&format!("src/{i}")]["op"].list_states[0];
-        let files: Vec<_> = l.parts.iter().map(|p| p.file.path.as_str()).collect();
-        assert_eq!(files, vec!["chk-1/a", "chk-1/b"], "subtask {i}");
-        assert_eq!(l.parts[0].elements.len(), 2);
-    }
-}
-
-#[test]
-fn unmapped_operator_state_is_named_in_error() {
-    let m = meta(1, "v", 1, 8, vec![keyed("gone-op", 0..8)]);
-    let err = assign_states(&point(m), &[target("v", 1, 8, &["op"])], false).unwrap_err();
-    assert_eq!(
-        err,
-        Error::UnmappedState { checkpoint_id: 1, operator: "gone-op".into(), vertex: "v".into() }
-    );
-    assert!(err.to_string().contains("gone-op"));
-}
-
-#[test]
-fn allow_non_restored_state_skips_unmapped_state() {
-    let m = meta(1, "v", 1, 8, vec![keyed("gone-op", 0..8)]);
-    let a = assign_states(&point(m), &[target("v", 2, 8, &["op"])], true).unwrap();
-    assert_eq!(a.subtasks.len(), 2);
-    assert!(a.subtasks.values().all(|ops| ops.is_empty()));
-}
-
-#[test]
-fn corrupt_key_groups_are_reported() {
-    let m = meta(1, "v", 2, 8, vec![keyed("op", 0..5), keyed("op", 4..8)]);
-    let err = assign_states(&point(m), &[target("v", 2, 8, &["op"])], false).unwrap_err();
-    assert!(matches!(err, Error::CorruptState { .. }), "{err}");
-}
-
-#[test]
 fn restoring_savepoint_advances_counter() {
     assert_eq!(counter_after_restore(1, 41), Some(42));
     assert_eq!(counter_after_restore(42, 41), None, "already past it");
@@ -266,6 +113,27 @@ fn savepoint_restored_by_path_resolves_against_its_directory() {
     m.kind = "savepoint".into();
     let p = RestorePoint::from_savepoint_dir(Path::new("/sp/savepoint-j-7"), Ok(m)).unwrap();
     assert_eq!((p.checkpoint_id, p.kind), (7, CheckpointKind::Savepoint));
-    let a = assign_states(&p, &[target("v", 1, 8, &["op"])], false).unwrap();
+    let graph = JobGraph {
+        vertices: vec![cairn_protocol::graph::Vertex {
+            id: "v".into(),
+            name: "v".into(),
+            parallelism: 1,
+            max_parallelism: 8,
+            operator: cairn_protocol::graph::OperatorSpec {
+                kind: "k".into(),
+                config: serde_json::Value::Null,
+            },
+            chain: vec![cairn_protocol::graph::ChainedOperator {
+                id: "op".into(),
+                operator: cairn_protocol::graph::OperatorSpec {
+                    kind: "k".into(),
+                    config: serde_json::Value::Null,
+                },
+            }],
+        }],
+        edges: vec![],
+    };
+    let a = p.assign(&graph, false).unwrap();
     assert_eq!(a.base_dir, PathBuf::from("/sp/savepoint-j-7"));
+    assert_eq!(a.subtasks["v/0"].operators["op"].keyed.len(), 8);
 }

@@ -41,13 +41,13 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use cairn_proto::v1::{AttachedTask, GatewayError, LeaderMessage, leader_message};
-use cairn_raft::model::{Command, JobId, JobStatus, Outcome};
-use cairn_storage::checkpoint::write_metadata;
-use cairn_taskrt::protocol::{
-    CheckpointKind as TaskCheckpointKind, CheckpointOptions as TaskCheckpointOptions, DeclineReason,
-    Deployment, TaskCommand, TaskMessage, TaskStatus as RtTaskStatus, ToTask,
+use cairn_protocol::checkpoint::CheckpointKind;
+use cairn_protocol::checkpoint::write_metadata;
+use cairn_protocol::messages::{
+    CheckpointOptions as TaskCheckpointOptions, DeclineReason, Deployment, TaskCommand, TaskMessage,
+    TaskStatus as RtTaskStatus, ToTask,
 };
-use serde::Serialize;
+use cairn_raft::model::{Command, JobId, JobStatus, Outcome};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -57,66 +57,15 @@ pub use self::prepare::{Prepared, graph_of, read_retained};
 use self::prepare::{prepare, remove_paths};
 use self::tasks::{GraphTasks, core_attempt, split_attempt};
 use super::LeaderOptions;
-use super::runtime::{TermHandle, WorkerLease};
+pub use super::api::{JobView, StartRefusal, StartedReply, TaskView, TriggerKey, TriggerReply};
+use super::handle::{TermHandle, WorkerLease};
 use crate::checkpoint::{
     Action, CheckpointCoordinatorCore, CheckpointFailureReason, CheckpointOptions, CoreConfig, Event, Now,
     Recovered, RequestId, StrayAck, TaskAttemptId, TaskStatus, TimerToken, TriggerKind, TriggerSuccess,
 };
 use crate::error::NodeError;
-use crate::node::ReplicaContext;
-use crate::services::propose;
-
-/// Answer to a trigger request: where the snapshot went, or why it failed.
-pub type TriggerReply = Result<TriggerSuccess, String>;
-
-/// A job driver's state, for status calls.
-#[derive(Debug, Clone, Serialize)]
-pub struct JobView {
-    pub job: String,
-    pub phase: String,
-    pub attempt: Option<u32>,
-    pub worker: Option<String>,
-    pub pending_checkpoints: Vec<u64>,
-    /// Restarts of the job's tasks driven by this leader term.
-    pub restarts: u64,
-    /// The job's subtasks and where they run.
-    pub tasks: Vec<TaskView>,
-    /// Checkpoint statistics of the running coordinator (absent before the first deployment).
-    pub stats: Option<crate::checkpoint::JobCheckpointStats>,
-    /// The checkpoint configuration the coordinator applies right now.
-    pub checkpoint: Option<cairn_raft::model::CheckpointConfig>,
-}
-
-/// One subtask in a [`JobView`].
-#[derive(Debug, Clone, Serialize)]
-pub struct TaskView {
-    pub vertex: String,
-    pub subtask: u32,
-    pub parallelism: u32,
-    pub worker: Option<String>,
-    /// `deploying`, `running`, `finished` or `not_deployed`.
-    pub status: &'static str,
-}
-
-/// An operator request id attached to a manual trigger, so that a retry maps to the same
-/// checkpoint id (recorded through Raft as soon as the id is known).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TriggerKey {
-    pub request_id: String,
-    pub fingerprint: u64,
-}
-
-/// Why a trigger did not start.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StartRefusal {
-    /// The request id is in flight (or recorded) with other arguments.
-    RequestIdReused,
-    /// The job cannot take the snapshot now; the reason says why.
-    Refused(String),
-}
-
-/// Answer to a trigger that waits only until its checkpoint id is known.
-pub type StartedReply = Result<u64, StartRefusal>;
+use crate::replica::ReplicaContext;
+use crate::replica::propose;
 
 /// A keyed manual trigger in flight.
 struct Keyed {
@@ -381,7 +330,7 @@ impl JobDriver {
         };
         self.max_allocated = record.next_checkpoint_id.saturating_sub(1);
         self.seed_metrics(&record);
-        match graph_of(&record, &cairn_taskrt::registry::OperatorRegistry::with_builtins()) {
+        match graph_of(&record, &cairn_protocol::operators::OperatorCatalog::builtin()) {
             Ok((_, tasks)) => self.tasks = tasks,
             Err(e) => {
                 self.fail_job(CheckpointFailureReason::JobFailure, e);
@@ -540,14 +489,8 @@ impl JobDriver {
 }
 
 fn task_options(o: &CheckpointOptions) -> TaskCheckpointOptions {
-    use cairn_raft::model::CheckpointKind as K;
-    let kind = match o.kind {
-        K::Checkpoint => TaskCheckpointKind::Checkpoint,
-        K::Savepoint => TaskCheckpointKind::Savepoint,
-        K::SyncSavepoint => TaskCheckpointKind::SyncSavepoint,
-    };
-    let target_location = (kind != TaskCheckpointKind::Checkpoint).then(|| o.base_dir.clone());
-    TaskCheckpointOptions { kind, drain: o.drain, target_location }
+    let target_location = (o.kind != CheckpointKind::Checkpoint).then(|| o.base_dir.clone());
+    TaskCheckpointOptions { kind: o.kind, drain: o.drain, target_location }
 }
 
 fn decline_reason(r: &DeclineReason) -> (CheckpointFailureReason, Option<String>) {

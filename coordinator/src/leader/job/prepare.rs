@@ -1,24 +1,24 @@
 //! Preparing a (re)deployment: read the replicated job, choose and read the restore point,
-//! check that its state maps onto the graph, raise the checkpoint counter past it, and allocate a
-//! new attempt number through Raft. Runs off the driver's loop; the result comes back as an
+//! assign its state to the graph's subtasks (the one assignment, sent to the worker as it is),
+//! raise the checkpoint counter past it, and allocate a new attempt number through Raft. Runs off the driver's loop; the result comes back as an
 //! event.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use cairn_raft::model::{Command, JobId, JobRecord, Outcome};
-use cairn_storage::checkpoint::layout::METADATA_FILE;
-use cairn_storage::checkpoint::{
+use cairn_protocol::assign::StateAssignment;
+use cairn_protocol::checkpoint::layout::METADATA_FILE;
+use cairn_protocol::checkpoint::{
     CheckpointMetadata, MetadataPointer, read_metadata, read_metadata_unverified,
 };
-use cairn_taskrt::graph::JobGraph;
-use cairn_taskrt::protocol::RestoreSource;
-use cairn_taskrt::registry::OperatorRegistry;
+use cairn_protocol::graph::JobGraph;
+use cairn_protocol::operators::OperatorCatalog;
+use cairn_raft::model::{Command, JobId, JobRecord, Outcome};
 
 use super::tasks::GraphTasks;
-use crate::checkpoint::{RestorePoint, assign_states, choose_restore_point, counter_after_restore};
-use crate::node::ReplicaContext;
-use crate::services::propose;
+use crate::checkpoint::{RestorePoint, choose_restore_point, counter_after_restore};
+use crate::replica::ReplicaContext;
+use crate::replica::propose;
 
 /// Everything a deployment needs.
 #[derive(Debug, Clone)]
@@ -27,7 +27,8 @@ pub struct Prepared {
     pub graph: JobGraph,
     pub tasks: GraphTasks,
     pub attempt: u32,
-    pub restore: Option<RestoreSource>,
+    /// What every subtask restores, computed once here and sent in the deployment.
+    pub restore: Option<StateAssignment>,
     /// `(checkpoint id, external path)` of the restore, for statistics.
     pub restored: Option<(u64, Option<String>)>,
     /// `_metadata` of the retained checkpoints that could be read (to rebuild the shared-state
@@ -36,10 +37,10 @@ pub struct Prepared {
 }
 
 /// Parses and validates the job graph stored in the replicated spec.
-pub fn graph_of(record: &JobRecord, registry: &OperatorRegistry) -> Result<(JobGraph, GraphTasks), String> {
+pub fn graph_of(record: &JobRecord, catalog: &OperatorCatalog) -> Result<(JobGraph, GraphTasks), String> {
     let graph: JobGraph = serde_json::from_value(record.spec.graph.clone())
         .map_err(|e| format!("job `{}` has an unusable graph: {e}", record.id))?;
-    let tasks = GraphTasks::new(&graph, registry)?;
+    let tasks = GraphTasks::new(&graph, catalog)?;
     Ok((graph, tasks))
 }
 
@@ -73,8 +74,7 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
 pub async fn prepare(ctx: ReplicaContext, job: JobId) -> Result<Prepared, String> {
     ctx.raft.ensure_linearizable().await.map_err(|e| format!("cannot read the job's record: {e}"))?;
     let record = ctx.reader.job(&job).ok_or_else(|| format!("job `{job}` is no longer registered"))?;
-    let registry = OperatorRegistry::with_builtins();
-    let (graph, tasks) = graph_of(&record, &registry)?;
+    let (graph, tasks) = graph_of(&record, &OperatorCatalog::builtin())?;
 
     // The latest completed checkpoint (or a newer savepoint); else the savepoint the job was
     // submitted with. An unreadable latest checkpoint is an error to retry, never a fallback.
@@ -102,7 +102,7 @@ pub async fn prepare(ctx: ReplicaContext, job: JobId) -> Result<Prepared, String
     if let Some(point) = &point {
         // Fails with a precise error when state cannot be mapped (changed max parallelism, state of
         // an operator the graph no longer has, unless allowed).
-        assign_states(point, tasks.targets(), record.spec.allow_non_restored_state).map_err(|e| {
+        let assignment = point.assign(&graph, record.spec.allow_non_restored_state).map_err(|e| {
             format!("cannot restore job `{job}` from checkpoint {}: {e}", point.checkpoint_id)
         })?;
         if let Some(next) = counter_after_restore(record.next_checkpoint_id, point.checkpoint_id) {
@@ -111,21 +111,7 @@ pub async fn prepare(ctx: ReplicaContext, job: JobId) -> Result<Prepared, String
                 .map_err(|e| format!("cannot advance the checkpoint counter: {e}"))?;
         }
         let from_latest = choose_restore_point(&record).is_some();
-        let (size, crc) = match record.restore_point().filter(|_| from_latest) {
-            Some(c) => (Some(c.metadata_size), Some(c.metadata_crc32)),
-            None => (None, None),
-        };
-        let metadata_path = match record.restore_point().filter(|_| from_latest) {
-            Some(c) => PathBuf::from(&c.metadata_path),
-            None => point.base_dir.join(METADATA_FILE),
-        };
-        restore = Some(RestoreSource {
-            checkpoint_id: point.checkpoint_id,
-            metadata_path,
-            metadata_size: size,
-            metadata_crc32: crc,
-            base_dir: point.base_dir.clone(),
-        });
+        restore = Some(assignment);
         let external = (!from_latest).then(|| point.base_dir.display().to_string());
         restored = Some((point.checkpoint_id, external));
     }

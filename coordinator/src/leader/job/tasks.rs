@@ -4,10 +4,10 @@
 //! The core id packs the deployment attempt (replicated, unique across leaders) in the high 32
 //! bits and the subtask's index in the graph (sorted by vertex id, then subtask) in the low 32.
 
-use cairn_taskrt::graph::JobGraph;
-use cairn_taskrt::registry::OperatorRegistry;
+use cairn_protocol::graph::JobGraph;
+use cairn_protocol::operators::OperatorCatalog;
 
-use crate::checkpoint::{TaskAttemptId, TaskDescriptor, TaskSet, VertexTarget};
+use crate::checkpoint::{TaskAttemptId, TaskDescriptor, TaskSet};
 
 /// One subtask of the graph.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,18 +23,17 @@ pub struct GraphTask {
 #[derive(Debug, Clone, Default)]
 pub struct GraphTasks {
     tasks: Vec<GraphTask>,
-    targets: Vec<VertexTarget>,
 }
 
 impl GraphTasks {
-    pub fn new(graph: &JobGraph, registry: &OperatorRegistry) -> Result<Self, String> {
-        graph.validate(registry).map_err(|e| e.to_string())?;
+    pub fn new(graph: &JobGraph, catalog: &OperatorCatalog) -> Result<Self, String> {
+        graph.validate(catalog).map_err(|e| e.to_string())?;
         let mut vertices: Vec<_> = graph.vertices.iter().collect();
         vertices.sort_by(|a, b| a.id.cmp(&b.id));
         let mut tasks = Vec::new();
-        let mut targets = Vec::new();
         for v in vertices {
-            let is_source = cairn_taskrt::graph::KindCatalog::is_source_kind(registry, &v.operator.kind)
+            let is_source = catalog
+                .is_source_kind(&v.operator.kind)
                 .ok_or_else(|| format!("vertex {}: unknown operator kind {:?}", v.id, v.operator.kind))?;
             for i in 0..v.parallelism {
                 tasks.push(GraphTask {
@@ -45,14 +44,8 @@ impl GraphTasks {
                     is_source,
                 });
             }
-            targets.push(VertexTarget {
-                id: v.id.clone(),
-                parallelism: v.parallelism,
-                max_parallelism: v.max_parallelism,
-                operators: v.operators().map(|(id, _)| id.to_owned()).collect(),
-            });
         }
-        Ok(Self { tasks, targets })
+        Ok(Self { tasks })
     }
 
     pub fn len(&self) -> usize {
@@ -61,10 +54,6 @@ impl GraphTasks {
 
     pub fn is_empty(&self) -> bool {
         self.tasks.is_empty()
-    }
-
-    pub fn targets(&self) -> &[VertexTarget] {
-        &self.targets
     }
 
     pub fn index_of(&self, vertex: &str, subtask: u32) -> Option<usize> {

@@ -14,8 +14,9 @@ use crate::checkpoint::stats::CheckpointStatus;
 use crate::checkpoint::{StatsSummary, TriggerKind};
 use crate::error::NodeError;
 use crate::leader::StartRefusal;
+use crate::replica::linearizable;
+use crate::services::leader_runtime;
 use crate::services::store::parse_job_id;
-use crate::services::{leader_runtime, linearizable};
 
 /// How often a wait looks at the store and the leader's statistics again.
 const POLL: Duration = Duration::from_millis(50);

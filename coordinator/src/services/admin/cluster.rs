@@ -9,7 +9,8 @@ use cairn_raft::types::{NodeId, RaftMetrics};
 
 use super::AdminService;
 use crate::error::NodeError;
-use crate::services::{cluster as shared, linearizable};
+use crate::replica::linearizable;
+use crate::services::cluster as shared;
 
 /// How long one election attempt of a leadership transfer may take before it is tried again:
 /// more than a follower's leader lease plus an election.

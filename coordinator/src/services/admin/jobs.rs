@@ -10,8 +10,8 @@ use super::dedup::{RequestKey, first, wrap};
 use super::{AdminService, convert};
 use crate::error::NodeError;
 use crate::leader::JobView;
+use crate::replica::{linearizable, propose};
 use crate::services::store::{MAX_NAME_LEN, MAX_SPEC_BYTES, check_spec, parse_job_id};
-use crate::services::{linearizable, propose};
 
 fn parse_checkpoint(raw: &str) -> Result<CheckpointConfig, NodeError> {
     if raw.trim().is_empty() {

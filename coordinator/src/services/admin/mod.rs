@@ -4,12 +4,11 @@
 //! through the shared helpers (`propose`, `linearizable`, `leader_runtime`), so clients
 //! redirect. Reads are linearizable. Mutating calls take a request id and are applied once per
 //! id through the replicated request table ([`dedup`]). Every call is authenticated by the
-//! [`auth`] interceptor before it gets here.
+//! [`crate::auth`] interceptor before it gets here.
 //!
 //! | module | owns |
 //! | --- | --- |
 //! | this file | the service and the mapping of every call's error to a status |
-//! | [`auth`] | the admin token and the bearer-token interceptor |
 //! | `cluster` | status, membership, leadership transfer (`transfer`: its internal call) |
 //! | `jobs` | submit, list, describe, cancel, checkpoint configuration |
 //! | `checkpoints` | trigger, wait, statistics overview and details |
@@ -17,7 +16,6 @@
 //! | [`dedup`] | request ids and argument fingerprints |
 //! | `convert` | model and live view to messages |
 
-pub mod auth;
 mod checkpoints;
 mod cluster;
 mod convert;
@@ -26,15 +24,13 @@ mod jobs;
 mod savepoints;
 mod transfer;
 
-pub use auth::{AdminAuth, AdminToken};
-
 use cairn_proto::admin as pb;
 use cairn_proto::admin::admin_server::{Admin, AdminServer};
 use tonic::{Request, Response, Status};
 
 use crate::error::NodeError;
 use crate::leader::LeaderHandle;
-use crate::node::ReplicaContext;
+use crate::replica::ReplicaContext;
 
 /// The operator service of one replica.
 #[derive(Clone)]

@@ -10,8 +10,8 @@ use super::dedup::{RequestKey, first, wrap};
 use super::{AdminService, convert};
 use crate::checkpoint::TriggerKind;
 use crate::error::NodeError;
+use crate::replica::{linearizable, propose};
 use crate::services::store::parse_job_id;
-use crate::services::{linearizable, propose};
 
 /// Bound on waiting for a savepoint beyond the job's checkpoint timeout.
 const SAVEPOINT_SLACK: Duration = Duration::from_secs(10);

@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
+use cairn_protocol::checkpoint::CheckpointMetadata;
 use cairn_raft::model::{CheckpointConfig, CheckpointKind, CommandError, CompletedCheckpoint, Outcome};
-use cairn_storage::checkpoint::CheckpointMetadata;
 
 use super::*;
 use crate::checkpoint::hooks::tests::CountingHook;

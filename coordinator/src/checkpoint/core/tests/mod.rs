@@ -12,10 +12,10 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use cairn_raft::model::{CheckpointConfig, Command, JobId, JobSpec, Outcome, StateMachineData};
-use cairn_storage::checkpoint::{
+use cairn_protocol::checkpoint::{
     MetadataPointer, OperatorSubtaskState, StateFile, SubtaskState, TaskCheckpointMetrics,
 };
+use cairn_raft::model::{CheckpointConfig, Command, JobId, JobSpec, Outcome, StateMachineData};
 use tokio::time::Instant;
 
 use crate::checkpoint::*;

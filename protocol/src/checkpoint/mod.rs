@@ -1,5 +1,6 @@
-//! Checkpoint data storage: what tasks write and what the coordinator writes about it.
+//! Checkpoint data: what tasks write and what the coordinator writes about it.
 //!
+//! - [`kind`]: checkpoint, savepoint or stop-with-savepoint.
 //! - [`handles`]: state handles, the descriptions of state files that tasks acknowledge and that
 //!   `_metadata` stores (keyed state per key group, operator list state, file checksums).
 //! - [`layout`]: where things live under the storage root (`<root>/<job>/chk-<id>/`,
@@ -11,6 +12,7 @@
 //! directory), so a savepoint can be moved as a whole.
 
 pub mod handles;
+pub mod kind;
 pub mod layout;
 pub mod metadata;
 
@@ -18,6 +20,7 @@ pub use handles::{
     KeyGroupRange, OperatorListState, OperatorStateMode, OperatorSubtaskState, StateFile, SubtaskState,
     TaskCheckpointMetrics,
 };
+pub use kind::CheckpointKind;
 pub use layout::CheckpointLayout;
 pub use metadata::{
     CheckpointMetadata, MetadataError, MetadataPointer, VertexInfo, read_metadata, read_metadata_unverified,

@@ -1,6 +1,7 @@
 //! Where to look for the leader next: the known replica endpoints and the jittered exponential
-//! backoff between rounds of failed attempts. Pure bookkeeping, no I/O; the connection loop
-//! ([`super::connection`]) drives it.
+//! backoff between rounds of failed attempts. Pure bookkeeping, no I/O: the
+//! [`LeaderClient`](crate::LeaderClient) drives it for unary calls, and the worker's connection
+//! loop for its gateway stream.
 //!
 //! A *round* is a run of consecutive failed attempts as long as the endpoint list. Following a
 //! leader hint is immediate, but it counts as an attempt, so two replicas that point at each
@@ -8,7 +9,7 @@
 
 use std::time::Duration;
 
-use super::config::normalize_endpoint;
+use cairn_proto::addr::normalize as normalize_endpoint;
 
 /// The replicas the worker knows of, and which one it tries next.
 ///

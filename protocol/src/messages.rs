@@ -1,20 +1,19 @@
 //! The messages between the coordinator leader and tasks, as plain serde data.
 //!
-//! This module owns the wire vocabulary of the task side; a gRPC gateway carries these types
-//! later, and [`crate::link`] carries them in-process today. Coordinator → task messages are
+//! The task gateway (gRPC) carries them as JSON between a worker and the leader; the task
+//! runtime's in-process link carries them in tests. Coordinator → task messages are
 //! [`CoordinatorMessage`]s: a [`ToTask`] body fenced by the leader's Raft `term` (see
-//! [`TermFence`]). Task → coordinator messages are [`TaskMessage`]s: acknowledge, decline, status.
-//! [`TaskRestore`] is the state a task is deployed with (its key-group range and the handles
-//! covering it), computed by [`crate::state::assign`].
+//! [`TermFence`]). Task → coordinator messages are [`TaskMessage`]s: acknowledge, decline,
+//! status. A [`Deployment`] carries the whole job to a worker, with each subtask's restore
+//! computed by the leader ([`crate::assign`]).
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::path::PathBuf;
 
-use cairn_storage::checkpoint::{
-    KeyGroupRange, OperatorStateMode, StateFile, SubtaskState, TaskCheckpointMetrics,
-};
 use serde::{Deserialize, Serialize};
+
+use crate::assign::StateAssignment;
+use crate::checkpoint::{CheckpointKind, SubtaskState, TaskCheckpointMetrics};
 
 /// One subtask of one vertex of one job.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -35,37 +34,6 @@ pub struct TaskAttemptId {
 impl fmt::Display for TaskAttemptId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}/{}#{}@{}", self.task.job, self.task.vertex, self.task.subtask, self.attempt)
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum CheckpointKind {
-    /// Periodic checkpoint; may be incremental.
-    Checkpoint,
-    /// Self-contained, always full.
-    Savepoint,
-    /// Stop-with-savepoint: after the snapshot, the task processes no input until notified
-    /// complete, then finishes.
-    SyncSavepoint,
-}
-
-impl CheckpointKind {
-    pub fn is_savepoint(self) -> bool {
-        !matches!(self, CheckpointKind::Checkpoint)
-    }
-
-    pub fn is_synchronous(self) -> bool {
-        matches!(self, CheckpointKind::SyncSavepoint)
-    }
-
-    /// Name used in `_metadata` (`checkpoint`, `savepoint`, `sync_savepoint`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CheckpointKind::Checkpoint => "checkpoint",
-            CheckpointKind::Savepoint => "savepoint",
-            CheckpointKind::SyncSavepoint => "sync_savepoint",
-        }
     }
 }
 
@@ -249,42 +217,6 @@ impl TaskMessage {
     }
 }
 
-/// One element of an operator list state to restore: a byte range of a state file.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ListElementHandle {
-    pub file: StateFile,
-    pub start: u64,
-    pub end: u64,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RestoredListState {
-    pub name: String,
-    pub mode: OperatorStateMode,
-    pub elements: Vec<ListElementHandle>,
-}
-
-/// The state one operator of a task restores from.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub struct OperatorRestore {
-    /// Key group → the file holding it (only key groups of the task's range).
-    pub keyed: BTreeMap<u32, StateFile>,
-    pub lists: Vec<RestoredListState>,
-}
-
-/// What a task is deployed with when the job restores from a checkpoint or savepoint.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TaskRestore {
-    /// Id of the checkpoint (or savepoint) restored from.
-    pub checkpoint_id: u64,
-    /// Directory the relative paths of the handles resolve against: the job's checkpoint
-    /// directory, or a savepoint directory.
-    pub base_dir: PathBuf,
-    pub key_groups: KeyGroupRange,
-    /// By operator id.
-    pub operators: BTreeMap<String, OperatorRestore>,
-}
-
 /// Fencing by Raft term: a task obeys no message from a term lower than the highest it has seen.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TermFence {
@@ -306,19 +238,6 @@ impl TermFence {
     }
 }
 
-/// Where a deployment restores from: a `_metadata` file in shared checkpoint storage. The worker
-/// reads it (verifying size and CRC-32 when they are known) and assigns each subtask its state.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RestoreSource {
-    pub checkpoint_id: u64,
-    pub metadata_path: PathBuf,
-    /// Size and CRC-32 recorded in the replicated store; `None` for a savepoint given by path.
-    pub metadata_size: Option<u64>,
-    pub metadata_crc32: Option<u32>,
-    /// What the metadata's relative state paths resolve against.
-    pub base_dir: PathBuf,
-}
-
 /// A whole job deployed to one worker (its subtasks exchange data in-process), sent by the
 /// leader over the task gateway.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -331,7 +250,8 @@ pub struct Deployment {
     pub graph: serde_json::Value,
     /// Checkpoint storage root; the job's directory is `<root>/<job_id>`.
     pub storage_root: PathBuf,
-    pub restore: Option<RestoreSource>,
+    /// What every subtask restores, computed once by the leader; `None` starts empty.
+    pub restore: Option<StateAssignment>,
     /// Incremental keyed-state checkpoints.
     #[serde(default)]
     pub incremental: bool,
@@ -386,7 +306,7 @@ mod tests {
 
     #[test]
     fn task_messages_with_keyed_state_round_trip_through_json() {
-        use cairn_storage::checkpoint::OperatorSubtaskState;
+        use crate::checkpoint::{OperatorSubtaskState, StateFile};
         let task = TaskAttemptId {
             task: TaskId { job: "j".into(), vertex: "count".into(), subtask: 1 },
             attempt: 2,

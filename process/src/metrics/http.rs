@@ -134,7 +134,7 @@ mod tests {
 
     #[tokio::test]
     async fn serves_metrics_and_refuses_other_requests() {
-        let mut registry = crate::exporter::new_registry();
+        let mut registry = crate::metrics::new_registry();
         let g: Gauge = Gauge::default();
         registry.register("answer", "A test gauge", g.clone());
         g.set(42);

@@ -12,14 +12,14 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
-use cairn_coordinator::client::{ClientConfig, ClientError, LeaderClient};
+use cairn_client::{ClientConfig, ClientError, LeaderClient};
+use cairn_coordinator::auth::AdminToken;
 use cairn_coordinator::config::{NodeConfig, Peer, read_token_file, write_private};
 use cairn_coordinator::node::Replica;
-use cairn_coordinator::services::admin::AdminToken;
+use cairn_process::shutdown::ShutdownSignals;
 use cairn_taskrt::demo::DemoJob;
 use cairn_taskrt::demo::source::SourceConfig;
 use cairn_taskrt::demo::verify::{Expectation, verify_output};
-use cairn_taskrt::shutdown::ShutdownSignals;
 use cairn_taskrt::worker::{Worker, WorkerConfig};
 use clap::Parser;
 use tonic::Code;

@@ -2,8 +2,10 @@
 //!
 //! It is given any number of replica endpoints. A call goes to the replica believed to lead; a
 //! not-leader answer with an address redirects it there; a not-leader answer without one, a
-//! connection failure or a timeout moves on to the next endpoint, after a jittered backoff. The
-//! whole call is bounded by a deadline. One channel is kept per endpoint.
+//! connection failure or a timeout moves on to the next endpoint. Where to go next is the
+//! [`Endpoints`] bookkeeping the worker's gateway connection uses too: after a whole round of
+//! failed attempts the client pauses for a jittered, doubling [`Backoff`]. The whole call is
+//! bounded by a deadline. One channel is kept per endpoint.
 //!
 //! Retries are safe for reads. A retried write may be applied twice if the first reply was lost
 //! (e.g. two checkpoint IDs are allocated and the first one is never used; IDs stay unique and
@@ -13,6 +15,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::time::Duration;
 
+use cairn_proto::addr::{is_host_port, normalize};
 use cairn_proto::leader_hint::parse_not_leader;
 use cairn_proto::v1::cluster_client::ClusterClient;
 use cairn_proto::v1::store_client::StoreClient;
@@ -23,6 +26,9 @@ use cairn_proto::v1::{
 use tokio::time::Instant;
 use tonic::transport::Channel;
 use tonic::{Code, Status};
+
+use crate::auth::{AuthChannel, BearerAuth};
+use crate::follow::{Backoff, Endpoints, Next};
 
 /// Why a call failed for good.
 #[derive(Debug, thiserror::Error)]
@@ -78,50 +84,14 @@ impl Default for ClientConfig {
     }
 }
 
-/// Adds `authorization: Bearer <token>` to every request (nothing when no token is set).
-#[derive(Clone)]
-pub struct BearerAuth {
-    header: Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>,
-}
-
-impl BearerAuth {
-    pub fn new(token: Option<&str>) -> Result<Self, ClientError> {
-        let header = token
-            .map(|t| {
-                format!("Bearer {t}").parse().map_err(|_| ClientError::BadToken {
-                    reason: "it must be printable ASCII without line breaks".into(),
-                })
-            })
-            .transpose()?;
-        Ok(Self { header })
-    }
-}
-
-impl tonic::service::Interceptor for BearerAuth {
-    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, Status> {
-        if let Some(h) = &self.header {
-            req.metadata_mut().insert("authorization", h.clone());
-        }
-        Ok(req)
-    }
-}
-
-/// A channel that carries the admin token.
-pub type AuthChannel = tonic::service::interceptor::InterceptedService<Channel, BearerAuth>;
-
 /// Leader-following client of the replica services.
 #[derive(Clone)]
 pub struct LeaderClient {
-    endpoints: Vec<String>,
-    /// Index into `endpoints` of the replica believed to lead.
-    current: usize,
+    /// The replicas known, and which one the next attempt goes to (the one believed to lead).
+    endpoints: Endpoints,
     channels: HashMap<String, Channel>,
     config: ClientConfig,
     auth: BearerAuth,
-}
-
-fn normalize(endpoint: &str) -> String {
-    cairn_proto::tls::strip_scheme(endpoint).to_owned()
 }
 
 impl LeaderClient {
@@ -134,8 +104,9 @@ impl LeaderClient {
             return Err(ClientError::NoEndpoints);
         }
         let auth = BearerAuth::new(config.token.as_deref())?;
-        let mut client = Self { endpoints, current: 0, channels: HashMap::new(), config, auth };
-        for e in client.endpoints.clone() {
+        let mut client =
+            Self { endpoints: Endpoints::new(endpoints), channels: HashMap::new(), config, auth };
+        for e in client.endpoints.all().to_vec() {
             client.channel(&e)?;
         }
         Ok(client)
@@ -143,7 +114,7 @@ impl LeaderClient {
 
     /// The endpoint the next call goes to first.
     pub fn current_endpoint(&self) -> &str {
-        &self.endpoints[self.current]
+        self.endpoints.current().unwrap_or_default()
     }
 
     fn channel(&mut self, addr: &str) -> Result<Channel, ClientError> {
@@ -151,7 +122,7 @@ impl LeaderClient {
             return Ok(ch.clone());
         }
         let bad = |reason: String| ClientError::BadEndpoint { endpoint: addr.to_owned(), reason };
-        if !crate::config::is_host_port(addr) {
+        if !is_host_port(addr) {
             return Err(bad("expected host:port".into()));
         }
         let ch = cairn_proto::tls::endpoint(addr, self.config.tls.as_ref())
@@ -163,22 +134,6 @@ impl LeaderClient {
         Ok(ch)
     }
 
-    fn redirect(&mut self, addr: &str) {
-        let addr = normalize(addr);
-        match self.endpoints.iter().position(|e| *e == addr) {
-            Some(i) => self.current = i,
-            None => {
-                // A leader we were not told about (e.g. a node added later): remember it.
-                self.endpoints.push(addr);
-                self.current = self.endpoints.len() - 1;
-            }
-        }
-    }
-
-    fn rotate(&mut self) {
-        self.current = (self.current + 1) % self.endpoints.len();
-    }
-
     /// Runs `f` against the leader, following redirects and retrying transient failures.
     pub async fn call<T, F, Fut>(&mut self, what: &'static str, mut f: F) -> Result<T, ClientError>
     where
@@ -186,45 +141,42 @@ impl LeaderClient {
         Fut: Future<Output = Result<T, Status>>,
     {
         let deadline = Instant::now() + self.config.deadline;
-        let mut backoff = self.config.backoff_min;
+        let mut backoff = Backoff::new(self.config.backoff_min, self.config.backoff_max);
         let mut last;
         loop {
-            let addr = self.endpoints[self.current].clone();
+            let addr = self.current_endpoint().to_owned();
             let ch = AuthChannel::new(self.channel(&addr)?, self.auth.clone());
             let outcome = tokio::time::timeout(self.config.attempt_timeout, f(ch)).await;
-            let mut immediate = false;
-            match outcome {
-                Ok(Ok(v)) => return Ok(v),
+            let next = match outcome {
+                Ok(Ok(v)) => {
+                    self.endpoints.succeeded();
+                    return Ok(v);
+                }
                 Ok(Err(status)) => {
                     if let Some(hint) = parse_not_leader(&status) {
                         last = format!("{addr}: {}", status.message());
                         match hint.leader_addr {
-                            Some(leader) if normalize(&leader) != addr => {
-                                self.redirect(&leader);
-                                immediate = true;
-                            }
-                            _ => self.rotate(),
+                            Some(leader) => self.endpoints.redirect(&leader),
+                            None => self.endpoints.failed(),
                         }
                     } else if is_transient(&status) {
                         last = format!("{addr}: {status}");
-                        self.rotate();
+                        self.endpoints.failed()
                     } else {
                         return Err(ClientError::Rejected { what, status });
                     }
                 }
                 Err(_) => {
                     last = format!("{addr}: no answer within {:?}", self.config.attempt_timeout);
-                    self.rotate();
+                    self.endpoints.failed()
                 }
-            }
+            };
             let now = Instant::now();
             if now >= deadline {
                 return Err(ClientError::NoLeader { what, deadline: self.config.deadline, last });
             }
-            if !immediate {
-                let jittered = backoff.mul_f64(0.5 + rand::random::<f64>() / 2.0);
-                tokio::time::sleep(jittered.min(deadline - now)).await;
-                backoff = (backoff * 2).min(self.config.backoff_max);
+            if next == Next::Pause {
+                tokio::time::sleep(backoff.next_delay().min(deadline - now)).await;
             }
         }
     }

@@ -1,7 +1,8 @@
 //! The job graph: what a job runs and how its vertices are connected.
 //!
-//! This module owns the JSON shape of a job (the coordinator stores it opaquely in the replicated
-//! job registry) and its validation. A [`JobGraph`] has vertices (a stable operator id, a name,
+//! This module owns the JSON shape of a job (the replicated job registry stores it as submitted)
+//! and its validation, which both the coordinator (at submission) and the task runtime (at
+//! deployment) run against the same [`OperatorCatalog`]. A [`JobGraph`] has vertices (a stable operator id, a name,
 //! parallelism, max parallelism, the head operator's kind and config, optionally further operators
 //! chained behind the head) and edges with a [`Partitioning`]. [`JobGraph::validate`] rejects
 //! graphs the runtime cannot run, with one [`GraphError`] variant per reason.
@@ -9,6 +10,8 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use serde::{Deserialize, Serialize};
+
+use crate::operators::OperatorCatalog;
 
 /// Default number of key groups of a vertex when the graph does not say.
 pub const DEFAULT_MAX_PARALLELISM: u32 = 128;
@@ -20,8 +23,8 @@ fn default_max_parallelism() -> u32 {
     DEFAULT_MAX_PARALLELISM
 }
 
-/// An operator: its kind (looked up in the [`crate::registry::OperatorRegistry`]) and its
-/// kind-specific configuration.
+/// An operator: its kind (described in the [`OperatorCatalog`]) and its kind-specific
+/// configuration.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OperatorSpec {
@@ -95,14 +98,6 @@ pub struct JobGraph {
     pub edges: Vec<Edge>,
 }
 
-/// What the validation needs to know about operator kinds (implemented by the registry).
-pub trait KindCatalog {
-    /// `None` when the kind is unknown; otherwise whether it is a source.
-    fn is_source_kind(&self, kind: &str) -> Option<bool>;
-    /// Checks a kind's configuration without side effects.
-    fn check_config(&self, kind: &str, config: &serde_json::Value) -> Result<(), String>;
-}
-
 /// Why a job graph was rejected.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum GraphError {
@@ -171,7 +166,7 @@ impl JobGraph {
     }
 
     /// Checks everything the runtime relies on. The first problem found is returned.
-    pub fn validate(&self, kinds: &dyn KindCatalog) -> Result<(), GraphError> {
+    pub fn validate(&self, kinds: &OperatorCatalog) -> Result<(), GraphError> {
         if self.vertices.is_empty() {
             return Err(GraphError::Empty);
         }
@@ -287,18 +282,13 @@ impl JobGraph {
 mod tests {
     use super::*;
 
-    struct Kinds;
-    impl KindCatalog for Kinds {
-        fn is_source_kind(&self, kind: &str) -> Option<bool> {
-            match kind {
-                "src" => Some(true),
-                "map" => Some(false),
-                _ => None,
-            }
-        }
-        fn check_config(&self, _kind: &str, config: &serde_json::Value) -> Result<(), String> {
-            if config.get("bad").is_some() { Err("bad key".into()) } else { Ok(()) }
-        }
+    use crate::operators::{KindRole, OperatorKind};
+
+    fn kinds() -> OperatorCatalog {
+        let mut c = OperatorCatalog::empty();
+        c.add(OperatorKind { name: "src", role: KindRole::Source, doc: "", fields: vec![] });
+        c.add(OperatorKind { name: "map", role: KindRole::Transform, doc: "", fields: vec![] });
+        c
     }
 
     fn vertex(id: &str, kind: &str, p: u32) -> Vertex {
@@ -326,7 +316,7 @@ mod tests {
     #[test]
     fn valid_graph_passes_and_round_trips_through_json() {
         let g = graph();
-        g.validate(&Kinds).unwrap();
+        g.validate(&kinds()).unwrap();
         let back = JobGraph::from_json(&g.to_json()).unwrap();
         assert_eq!(back, g);
         assert_eq!(back.topological_order().unwrap(), vec!["a", "b", "c"]);
@@ -345,48 +335,48 @@ mod tests {
     fn each_defect_has_its_own_error() {
         let mut g = graph();
         g.edges.push(edge("c", "b", Partitioning::Rebalance));
-        assert!(matches!(g.validate(&Kinds), Err(GraphError::Cycle { .. })));
+        assert!(matches!(g.validate(&kinds()), Err(GraphError::Cycle { .. })));
 
         let mut g = graph();
         g.vertices[1].parallelism = 200;
         g.vertices[0].parallelism = 200;
-        assert!(matches!(g.validate(&Kinds), Err(GraphError::ParallelismAboveMax { .. })));
+        assert!(matches!(g.validate(&kinds()), Err(GraphError::ParallelismAboveMax { .. })));
 
         let mut g = graph();
         g.vertices[2].parallelism = 0;
-        assert!(matches!(g.validate(&Kinds), Err(GraphError::ZeroParallelism { .. })));
+        assert!(matches!(g.validate(&kinds()), Err(GraphError::ZeroParallelism { .. })));
 
         let mut g = graph();
         g.vertices[2].operator.kind = "nope".into();
-        assert!(matches!(g.validate(&Kinds), Err(GraphError::UnknownOperatorKind { .. })));
+        assert!(matches!(g.validate(&kinds()), Err(GraphError::UnknownOperatorKind { .. })));
 
         let mut g = graph();
         g.vertices[1].parallelism = 1;
-        assert!(matches!(g.validate(&Kinds), Err(GraphError::ForwardParallelismMismatch { .. })));
+        assert!(matches!(g.validate(&kinds()), Err(GraphError::ForwardParallelismMismatch { .. })));
 
         let mut g = graph();
         g.edges.push(edge("b", "zz", Partitioning::Hash));
-        assert!(matches!(g.validate(&Kinds), Err(GraphError::DanglingEdge { .. })));
+        assert!(matches!(g.validate(&kinds()), Err(GraphError::DanglingEdge { .. })));
 
         let mut g = graph();
         g.vertices[2].id = "a".into();
-        assert!(matches!(g.validate(&Kinds), Err(GraphError::DuplicateId { .. })));
+        assert!(matches!(g.validate(&kinds()), Err(GraphError::DuplicateId { .. })));
 
         let mut g = graph();
         g.vertices[2].operator.config = serde_json::json!({"bad": 1});
-        assert!(matches!(g.validate(&Kinds), Err(GraphError::InvalidOperatorConfig { .. })));
+        assert!(matches!(g.validate(&kinds()), Err(GraphError::InvalidOperatorConfig { .. })));
 
         let mut g = graph();
         g.vertices[1].operator.kind = "src".into();
-        assert!(matches!(g.validate(&Kinds), Err(GraphError::MisplacedSource { .. })));
+        assert!(matches!(g.validate(&kinds()), Err(GraphError::MisplacedSource { .. })));
 
         let mut g = graph();
         g.vertices[0].operator.kind = "map".into();
-        assert!(matches!(g.validate(&Kinds), Err(GraphError::MissingInput { .. })));
+        assert!(matches!(g.validate(&kinds()), Err(GraphError::MissingInput { .. })));
 
         let mut g = graph();
         g.vertices[0].id = "../x".into();
-        assert!(matches!(g.validate(&Kinds), Err(GraphError::InvalidId { .. })));
+        assert!(matches!(g.validate(&kinds()), Err(GraphError::InvalidId { .. })));
 
         assert!(matches!(
             JobGraph::from_json("{\"vertices\":[],\"edges\":[],\"x\":1}"),

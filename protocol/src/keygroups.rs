@@ -5,7 +5,7 @@
 //! which is exactly the subtask whose [`KeyGroupRange::for_subtask`] contains `g`. So records
 //! always reach the subtask holding their state, whatever the parallelism.
 
-use cairn_storage::checkpoint::KeyGroupRange;
+use crate::checkpoint::KeyGroupRange;
 
 /// Stable 64-bit mix of a key (MurmurHash3's finalizer); stable across builds and platforms.
 fn mix(mut k: u64) -> u64 {

@@ -1,0 +1,54 @@
+//! What every part of a replica shares: the [`ReplicaContext`] (its Raft handle, the applied
+//! state, its metrics, how it dials peers) and the two ways to act on the replicated state,
+//! [`propose`] and [`linearizable`]. A leaf: it depends on no other module of this crate but
+//! `error` and `metrics`, so services, the gateway and the leader runtime can all use it
+//! without depending on each other or on the node that wires them.
+
+use std::sync::Arc;
+
+use cairn_raft::model::{Command, Outcome};
+use cairn_raft::types::{LogId, NodeId, Raft, RaftMetrics};
+use cairn_storage::StateReader;
+
+use crate::error::NodeError;
+use crate::metrics::ReplicaMetrics;
+
+/// What the services of one replica share. Cheap to clone.
+#[derive(Clone)]
+pub struct ReplicaContext {
+    pub id: NodeId,
+    pub raft: Raft,
+    /// Read access to the applied replicated state (serve reads after `ensure_linearizable`).
+    pub reader: StateReader,
+    pub advertise: Arc<str>,
+    /// This replica's Prometheus metrics (served on `/metrics` by the binary when configured).
+    pub telemetry: ReplicaMetrics,
+    /// TLS for calls to other replicas (mutual: presents this replica's certificate); `None`
+    /// when the cluster runs plaintext. Dial peers with `cairn_proto::tls::endpoint`.
+    pub peer_tls: Option<cairn_proto::tls::ClientTls>,
+}
+
+impl ReplicaContext {
+    pub fn metrics(&self) -> RaftMetrics {
+        self.raft.metrics().borrow().clone()
+    }
+}
+
+/// Proposes `cmd` through Raft and waits for it to be applied. Returns the outcome and the log id
+/// it was committed at; a rejected command comes back as [`NodeError::Command`].
+pub async fn propose(ctx: &ReplicaContext, cmd: Command) -> Result<(Outcome, LogId), NodeError> {
+    let name = cmd.name();
+    let started = tokio::time::Instant::now();
+    let resp = ctx.raft.client_write(cmd).await?;
+    ctx.telemetry.observe_proposal(started.elapsed());
+    tracing::debug!(command = name, log_id = %resp.log_id, "command applied");
+    let outcome = resp.data.0?;
+    Ok((outcome, resp.log_id))
+}
+
+/// Confirms leadership with a quorum and waits until the local state machine has applied
+/// everything committed before the call: reads after this are linearizable.
+pub async fn linearizable(ctx: &ReplicaContext) -> Result<(), NodeError> {
+    ctx.raft.ensure_linearizable().await?;
+    Ok(())
+}

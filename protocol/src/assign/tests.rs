@@ -1,0 +1,220 @@
+use std::collections::BTreeMap;
+
+use crate::checkpoint::{OperatorListState, SubtaskState, VertexInfo};
+use crate::graph::{ChainedOperator, OperatorSpec};
+
+use super::*;
+
+fn file(path: &str, size: u64) -> StateFile {
+    StateFile { path: path.into(), size, crc32: 0 }
+}
+
+fn meta(
+    id: u64,
+    vertex: &str,
+    parallelism: u32,
+    max: u32,
+    subtasks: Vec<SubtaskState>,
+) -> CheckpointMetadata {
+    CheckpointMetadata {
+        version: 1,
+        job: "j".into(),
+        checkpoint_id: id,
+        kind: "checkpoint".into(),
+        trigger_time_ms: 1,
+        completion_time_ms: 2,
+        vertices: BTreeMap::from([(vertex.to_string(), VertexInfo { parallelism, max_parallelism: max })]),
+        subtasks: subtasks
+            .into_iter()
+            .enumerate()
+            .map(|(i, s)| (CheckpointMetadata::subtask_key(vertex, i as u32), s))
+            .collect(),
+        master_states: BTreeMap::from([("offsets".to_string(), vec![9])]),
+    }
+}
+
+/// A one-vertex graph: vertex `vertex` (its head operator has the vertex's id) with `ops`
+/// chained behind the head.
+fn target(vertex: &str, parallelism: u32, max: u32, ops: &[&str]) -> JobGraph {
+    let spec = || OperatorSpec { kind: "k".into(), config: serde_json::Value::Null };
+    JobGraph {
+        vertices: vec![Vertex {
+            id: vertex.into(),
+            name: vertex.into(),
+            parallelism,
+            max_parallelism: max,
+            operator: spec(),
+            chain: ops
+                .iter()
+                .filter(|o| **o != vertex)
+                .map(|o| ChainedOperator { id: (*o).into(), operator: spec() })
+                .collect(),
+        }],
+        edges: vec![],
+    }
+}
+
+fn base() -> &'static Path {
+    Path::new("/cp/j")
+}
+
+/// One operator `op` with keyed files for the given key groups.
+fn keyed(op: &str, groups: impl IntoIterator<Item = u32>) -> SubtaskState {
+    let mut s = OperatorSubtaskState::default();
+    for kg in groups {
+        s.keyed.insert(kg, file(&format!("chk-1/kg-{kg}"), 1));
+    }
+    SubtaskState { operators: BTreeMap::from([(op.to_string(), s)]) }
+}
+
+fn list(
+    op: &str,
+    name: &str,
+    mode: OperatorStateMode,
+    path: &str,
+    offsets: Vec<u64>,
+    size: u64,
+) -> SubtaskState {
+    let l = OperatorListState { name: name.into(), mode, file: file(path, size), offsets };
+    let s = OperatorSubtaskState { keyed: BTreeMap::new(), list_states: vec![l] };
+    SubtaskState { operators: BTreeMap::from([(op.to_string(), s)]) }
+}
+
+#[test]
+fn keyed_state_reassigned_by_key_group_on_rescale() {
+    // max parallelism 8, parallelism 2 → 3: old ranges [0,3] [4,7]; new [0,2] [3,5] [6,7].
+    let m = meta(1, "v", 2, 8, vec![keyed("op", 0..4), keyed("op", 4..8)]);
+    let a = assign_states(&m, base(), &target("v", 3, 8, &["op"]), false).unwrap();
+    let groups = |key: &str| a.subtasks[key].operators["op"].keyed.keys().copied().collect::<Vec<_>>();
+    assert_eq!(groups("v/0"), vec![0, 1, 2]);
+    assert_eq!(groups("v/1"), vec![3, 4, 5]);
+    assert_eq!(groups("v/2"), vec![6, 7]);
+    assert_eq!(a.subtasks["v/1"].key_groups, KeyGroupRange { start: 3, end: 5 });
+    assert_eq!(a.subtasks["v/1"].operators["op"].keyed[&4].path, "chk-1/kg-4");
+    assert_eq!(a.base_dir, PathBuf::from("/cp/j"));
+    assert_eq!(a.task("v", 2).map(|t| t.base_dir.clone()), Some(PathBuf::from("/cp/j")));
+}
+
+#[test]
+fn max_parallelism_change_is_a_typed_error() {
+    let m = meta(1, "v", 2, 8, vec![keyed("op", 0..4), keyed("op", 4..8)]);
+    let err = assign_states(&m, base(), &target("v", 2, 16, &["op"]), false).unwrap_err();
+    assert_eq!(
+        err,
+        AssignError::MaxParallelismChanged { checkpoint_id: 1, vertex: "v".into(), old: 8, new: 16 }
+    );
+}
+
+#[test]
+fn round_robin_list_state_is_pooled_and_dealt() {
+    // Old subtask 0 has elements e0, e1 (file a, 20 bytes); subtask 1 has e2 (file b, 5 bytes).
+    let rr = OperatorStateMode::RoundRobin;
+    let old = || {
+        meta(
+            1,
+            "src",
+            2,
+            8,
+            vec![
+                list("op", "offsets", rr, "chk-1/a", vec![0, 10], 20),
+                list("op", "offsets", rr, "chk-1/b", vec![0], 5),
+            ],
+        )
+    };
+    let a = assign_states(&old(), base(), &target("src", 3, 8, &["op"]), false).unwrap();
+    let parts = |key: &str| {
+        let l = &a.subtasks[key].operators["op"].list_states[0];
+        assert_eq!((l.name.as_str(), l.mode), ("offsets", rr));
+        l.parts.iter().map(|p| (p.file.path.clone(), p.elements.clone())).collect::<Vec<_>>()
+    };
+    assert_eq!(parts("src/0"), vec![("chk-1/a".into(), vec![ByteRange { start: 0, end: 10 }])]);
+    assert_eq!(parts("src/1"), vec![("chk-1/a".into(), vec![ByteRange { start: 10, end: 20 }])]);
+    assert_eq!(parts("src/2"), vec![("chk-1/b".into(), vec![ByteRange { start: 0, end: 5 }])]);
+    // Scaling in to 1: everything to the one subtask.
+    let a = assign_states(&old(), base(), &target("src", 1, 8, &["op"]), false).unwrap();
+    assert_eq!(a.subtasks["src/0"].operators["op"].list_states[0].element_count(), 3);
+}
+
+#[test]
+fn round_robin_list_state_with_unchanged_parallelism_stays_put() {
+    let rr = OperatorStateMode::RoundRobin;
+    let m = meta(
+        1,
+        "src",
+        2,
+        8,
+        vec![list("op", "s", rr, "chk-1/a", vec![0, 10], 20), list("op", "s", rr, "chk-1/b", vec![0], 5)],
+    );
+    let a = assign_states(&m, base(), &target("src", 2, 8, &["op"]), false).unwrap();
+    assert_eq!(a.subtasks["src/0"].operators["op"].list_states[0].parts[0].elements.len(), 2);
+    assert_eq!(a.subtasks["src/1"].operators["op"].list_states[0].parts[0].file.path, "chk-1/b");
+}
+
+#[test]
+fn union_list_state_goes_to_every_subtask() {
+    let u = OperatorStateMode::Union;
+    let m = meta(
+        1,
+        "src",
+        2,
+        8,
+        vec![list("op", "all", u, "chk-1/a", vec![0, 10], 20), list("op", "all", u, "chk-1/b", vec![0], 5)],
+    );
+    let a = assign_states(&m, base(), &target("src", 3, 8, &["op"]), false).unwrap();
+    for i in 0..3 {
+        let l = &a.subtasks[&format!("src/{i}")].operators["op"].list_states[0];
+        let files: Vec<_> = l.parts.iter().map(|p| p.file.path.as_str()).collect();
+        assert_eq!(files, vec!["chk-1/a", "chk-1/b"], "subtask {i}");
+        assert_eq!(l.parts[0].elements.len(), 2);
+    }
+}
+
+#[test]
+fn unmapped_operator_state_is_named_in_error() {
+    let m = meta(1, "v", 1, 8, vec![keyed("gone-op", 0..8)]);
+    let err = assign_states(&m, base(), &target("v", 1, 8, &["op"]), false).unwrap_err();
+    assert_eq!(
+        err,
+        AssignError::UnmappedState { checkpoint_id: 1, operator: "gone-op".into(), vertex: "v".into() }
+    );
+    assert!(err.to_string().contains("gone-op"));
+}
+
+#[test]
+fn a_renamed_vertex_is_refused_not_restored_empty() {
+    // The head operator's state is recorded under the vertex id: renaming the vertex leaves it
+    // unmapped, which must be refused (the task would otherwise start with empty state).
+    let m = meta(1, "count", 1, 8, vec![keyed("count", 0..8)]);
+    let err = assign_states(&m, base(), &target("counter", 1, 8, &[]), false).unwrap_err();
+    assert!(matches!(&err, AssignError::UnmappedState { operator, .. } if operator == "count"), "{err}");
+}
+
+#[test]
+fn state_follows_an_operator_into_another_vertex() {
+    let m = meta(1, "old", 2, 8, vec![keyed("op", 0..4), keyed("op", 4..8)]);
+    let a = assign_states(&m, base(), &target("new", 1, 8, &["op"]), false).unwrap();
+    assert_eq!(a.subtasks["new/0"].operators["op"].keyed.len(), 8);
+}
+
+#[test]
+fn allow_non_restored_state_skips_unmapped_state() {
+    let m = meta(1, "v", 1, 8, vec![keyed("gone-op", 0..8)]);
+    let a = assign_states(&m, base(), &target("v", 2, 8, &["op"]), true).unwrap();
+    assert_eq!(a.subtasks.len(), 2);
+    assert!(a.subtasks.values().all(|t| t.operators.is_empty()));
+}
+
+#[test]
+fn corrupt_key_groups_are_reported() {
+    let m = meta(1, "v", 2, 8, vec![keyed("op", 0..5), keyed("op", 4..8)]);
+    let err = assign_states(&m, base(), &target("v", 2, 8, &["op"]), false).unwrap_err();
+    assert!(matches!(err, AssignError::CorruptState { .. }), "{err}");
+}
+
+#[test]
+fn list_offsets_outside_the_file_are_corrupt() {
+    let rr = OperatorStateMode::RoundRobin;
+    let m = meta(1, "src", 1, 8, vec![list("op", "s", rr, "chk-1/a", vec![0, 30], 20)]);
+    let err = assign_states(&m, base(), &target("src", 1, 8, &["op"]), false).unwrap_err();
+    assert!(matches!(err, AssignError::CorruptState { .. }), "{err}");
+}

@@ -63,7 +63,7 @@ impl Default for RaftTiming {
     }
 }
 
-/// How the leader deals with workers and restarts.
+/// How the leader deals with workers.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct WorkerTiming {
@@ -78,9 +78,6 @@ pub struct WorkerTiming {
     /// before restarting the jobs whose tasks did not all come back.
     #[serde(with = "humantime_serde")]
     pub reattach_grace: Duration,
-    /// Pause before a failed job is redeployed (bounds restart storms).
-    #[serde(with = "humantime_serde")]
-    pub restart_delay: Duration,
 }
 
 impl Default for WorkerTiming {
@@ -89,7 +86,6 @@ impl Default for WorkerTiming {
             heartbeat_interval: Duration::from_millis(500),
             heartbeat_timeout: Duration::from_secs(3),
             reattach_grace: Duration::from_secs(10),
-            restart_delay: Duration::from_millis(500),
         }
     }
 }
@@ -118,6 +114,10 @@ pub struct NodeConfig {
     pub metrics_listen: Option<String>,
     pub raft: RaftTiming,
     pub workers: WorkerTiming,
+    /// The restart strategy of jobs whose spec names none (`[restart_strategy]`, Flink's names:
+    /// `type = "fixed-delay"`, `attempts`, `delay`, ...). Unset: exponential delay for jobs that
+    /// checkpoint periodically, none for the others (Flink's rule).
+    pub restart_strategy: Option<cairn_protocol::restart::RestartStrategy>,
     /// TLS (`[tls]`: `cert_file`, `key_file`, `ca_file`): when set, the replica serves TLS only,
     /// and replicas talk Raft over mutual TLS. Unset: plaintext.
     pub tls: Option<cairn_proto::tls::TlsFiles>,
@@ -143,6 +143,7 @@ impl Default for NodeConfig {
             metrics_listen: None,
             raft: RaftTiming::default(),
             workers: WorkerTiming::default(),
+            restart_strategy: None,
             tls: None,
             admin_token_file: None,
             admin_token: None,
@@ -263,6 +264,9 @@ impl NodeConfig {
                 "workers.heartbeat_timeout",
                 "must be more than twice workers.heartbeat_interval, or live workers are declared lost",
             ));
+        }
+        if let Some(s) = &self.restart_strategy {
+            s.validate().map_err(|e| invalid("restart_strategy", e.to_string()))?;
         }
         Ok(())
     }

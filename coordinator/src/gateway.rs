@@ -14,7 +14,8 @@ use std::time::Duration;
 use cairn_proto::leader_hint::{LeaderHint, not_leader_status};
 use cairn_proto::v1::task_gateway_server::{TaskGateway, TaskGatewayServer};
 use cairn_proto::v1::{
-    LeaderMessage, RegisterWorker, Registered, WorkerMessage, leader_message, worker_message,
+    LeaderMessage, RegisterWorker, Registered, ReportsConfirmed, WorkerMessage, leader_message,
+    worker_message,
 };
 use cairn_protocol::messages::TaskMessage;
 use cairn_raft::model::JobId;
@@ -132,6 +133,25 @@ impl TaskGateway for GatewayService {
     }
 }
 
+/// Decodes a task report and hands it to its job; a refusal goes back to the worker.
+async fn handle_report(
+    term: &TermHandle,
+    worker_id: &str,
+    session: u64,
+    json: &[u8],
+    field: &str,
+    refuse: &impl Fn(Status),
+) {
+    match serde_json::from_slice::<TaskMessage>(json) {
+        Ok(report) => {
+            if let Err(status) = term.report(worker_id.to_owned(), session, report).await {
+                refuse(status);
+            }
+        }
+        Err(e) => refuse(Status::invalid_argument(format!("{field} is not a task message: {e}"))),
+    }
+}
+
 async fn read_worker(
     term: TermHandle,
     worker_id: String,
@@ -164,15 +184,15 @@ async fn read_worker(
         match body {
             Some(worker_message::Body::Heartbeat(_)) => term.heartbeat(worker_id.clone(), session).await,
             Some(worker_message::Body::ReportJson(bytes)) => {
-                match serde_json::from_slice::<TaskMessage>(&bytes) {
-                    Ok(report) => {
-                        if let Err(status) = term.report(worker_id.clone(), session, report).await {
-                            refuse(status);
-                        }
-                    }
-                    Err(e) => {
-                        refuse(Status::invalid_argument(format!("report_json is not a task message: {e}")))
-                    }
+                handle_report(&term, &worker_id, session, &bytes, "report_json", &refuse).await
+            }
+            Some(worker_message::Body::Report(report)) => {
+                handle_report(&term, &worker_id, session, &report.json, "report.json", &refuse).await;
+                // Handled, accepted or refused: the worker may forget it. A full outbox skips
+                // this confirmation; the next one covers it.
+                if let Some(tx) = outbox.upgrade() {
+                    let confirmed = ReportsConfirmed { up_to: report.seq };
+                    let _ = tx.try_send(term.leader_message(leader_message::Body::Confirmed(confirmed)));
                 }
             }
             Some(worker_message::Body::Register(_)) => refuse(Status::failed_precondition(

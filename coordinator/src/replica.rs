@@ -26,6 +26,9 @@ pub struct ReplicaContext {
     /// TLS for calls to other replicas (mutual: presents this replica's certificate); `None`
     /// when the cluster runs plaintext. Dial peers with `cairn_proto::tls::endpoint`.
     pub peer_tls: Option<cairn_proto::tls::ClientTls>,
+    /// The restart strategy of jobs whose spec names none (the `restart_strategy` setting);
+    /// `None`: Flink's rule (`JobSpec::effective_restart_strategy`).
+    pub default_restart_strategy: Option<Arc<cairn_protocol::restart::RestartStrategy>>,
 }
 
 impl ReplicaContext {

@@ -143,7 +143,7 @@ pub enum ClusterCmd {
 #[derive(Debug, Subcommand)]
 pub enum JobCmd {
     /// Register and start a job.
-    Submit(SubmitArgs),
+    Submit(Box<SubmitArgs>),
     /// All jobs with status and latest checkpoint.
     List,
     /// Status, checkpoint configuration, tasks and workers of a job.
@@ -180,6 +180,37 @@ pub struct SubmitArgs {
     /// Skip savepoint state that no operator of the graph claims.
     #[arg(long, requires = "from_savepoint")]
     pub allow_non_restored_state: bool,
+    /// Who owns the files of --from-savepoint: `no_claim` (default; never deleted by this job,
+    /// whose first checkpoint is full) or `claim` (deleted once this job's first checkpoint
+    /// completed).
+    #[arg(long, value_enum, requires = "from_savepoint")]
+    pub restore_mode: Option<RestoreModeArg>,
+    #[command(flatten)]
+    pub restart: RestartFlags,
+}
+
+/// Who owns the snapshot a job restores from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RestoreModeArg {
+    #[value(name = "no_claim")]
+    NoClaim,
+    Claim,
+}
+
+/// The job's restart strategy: a name (or JSON, inline or `@file`) and flags for its common
+/// parameters (flags win). Unset: the cluster's default.
+#[derive(Debug, Clone, Default, Args)]
+pub struct RestartFlags {
+    /// `none`, `fixed-delay`, `failure-rate`, `exponential-delay`, or the strategy as JSON
+    /// (inline or `@file`), e.g. '{"type":"fixed-delay","attempts":3,"delay":"10s"}'.
+    #[arg(long, value_name = "NAME|JSON|@FILE")]
+    pub restart_strategy: Option<String>,
+    /// fixed-delay: restarts allowed before the job fails.
+    #[arg(long, requires = "restart_strategy")]
+    pub restart_attempts: Option<u32>,
+    /// fixed-delay and failure-rate: pause before a restart.
+    #[arg(long, value_parser = parse_duration, requires = "restart_strategy")]
+    pub restart_delay: Option<Duration>,
 }
 
 #[derive(Debug, Args)]
@@ -220,6 +251,10 @@ pub struct CheckpointFlags {
     /// Checkpoint storage root (absolute).
     #[arg(long, value_name = "DIR", value_parser = parse_abs_dir)]
     pub checkpoint_dir: Option<String>,
+    /// What happens to retained checkpoints when the job ends: `retain_on_cancellation`,
+    /// `delete_on_cancellation` (default: a failed job keeps them) or `no_externalized`.
+    #[arg(long, value_parser = ["retain_on_cancellation", "delete_on_cancellation", "no_externalized"])]
+    pub externalized_retention: Option<String>,
 }
 
 /// A checkpoint interval, or periodic checkpoints off.

@@ -184,6 +184,7 @@ pub fn checkpoint_config(c: &CheckpointConfig) -> String {
         ("retained", c.retained.to_string()),
         ("savepoint dir", or_dash(&c.savepoint_dir)),
         ("checkpoint dir", or_dash(&c.checkpoint_dir)),
+        ("retention on termination", or_dash(&c.externalized_retention)),
     ])
 }
 
@@ -210,7 +211,30 @@ pub fn job_details(d: &JobDetails) -> String {
         ("pending checkpoints", if pending.is_empty() { "-".into() } else { pending.join(", ") }),
         ("next checkpoint id", d.next_checkpoint_id.to_string()),
         ("restored from", or_dash(&d.restore_from)),
+        ("restore mode", if d.restore_from.is_empty() { "-".into() } else { or_dash(&d.restore_mode) }),
     ]));
+    if let Some(r) = &d.restart {
+        out.push_str(
+            "
+restarts
+",
+        );
+        let last = if r.last_failure_cause.is_empty() {
+            "-".into()
+        } else {
+            format!("{} at {}", r.last_failure_cause, time(r.last_failure_time_ms))
+        };
+        let restart_fields = fields(&[
+            ("strategy", or_dash(&r.strategy_json)),
+            ("failures", r.failures.to_string()),
+            ("restarts", r.restarts.to_string()),
+            ("last failure", last),
+            ("next restart", r.next_restart_time_ms.map_or_else(|| "-".into(), time)),
+        ]);
+        for line in restart_fields.lines() {
+            let _ = writeln!(out, "  {line}");
+        }
+    }
     if let Some(c) = &d.checkpoint_config {
         out.push_str("\ncheckpointing\n");
         for line in checkpoint_config(c).lines() {

@@ -28,6 +28,46 @@ pub struct CheckpointConfig {
     pub savepoint_dir: Option<String>,
     /// Root of the job's checkpoint storage (`<dir>/<job>/chk-<id>/`).
     pub storage_dir: Option<String>,
+    /// What happens to the retained checkpoints when the job ends (Flink's
+    /// `externalized-checkpoint-retention`). Not written when it is the default, so records
+    /// persisted before the setting existed keep their encoding.
+    #[serde(skip_serializing_if = "ExternalizedRetention::is_default")]
+    pub externalized_retention: ExternalizedRetention,
+}
+
+/// What happens to a job's retained checkpoints when it reaches a terminal state. Savepoints are
+/// never touched: they belong to whoever took them.
+///
+/// Cairn's default differs from Flink's (`no_externalized`): a job that fails for good keeps its
+/// retained checkpoints, because a failure is exactly when the state is needed to start again
+/// (submit a new job with `restore_from` pointing at the latest one). Cancelling or finishing
+/// deletes them unless `retain_on_cancellation` is set.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExternalizedRetention {
+    /// Keep them whatever the terminal state: finished, canceled or failed.
+    RetainOnCancellation,
+    /// Keep them when the job failed; delete them when it finished or was canceled.
+    #[default]
+    DeleteOnCancellation,
+    /// Delete them whatever the terminal state.
+    NoExternalized,
+}
+
+impl ExternalizedRetention {
+    pub fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// Whether a job ending in a failure keeps its checkpoints.
+    pub fn keeps_on_failure(self) -> bool {
+        self != Self::NoExternalized
+    }
+
+    /// Whether a job that finished or was canceled keeps its checkpoints.
+    pub fn keeps_on_cancellation(self) -> bool {
+        self == Self::RetainOnCancellation
+    }
 }
 
 impl Default for CheckpointConfig {
@@ -41,6 +81,7 @@ impl Default for CheckpointConfig {
             retained: 1,
             savepoint_dir: None,
             storage_dir: None,
+            externalized_retention: ExternalizedRetention::default(),
         }
     }
 }

@@ -7,6 +7,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::config::CheckpointConfig;
+use crate::restart::RestartStrategy;
 
 /// A job identifier: 1 to 64 characters of `[A-Za-z0-9_.-]`, not starting with `.` (it names
 /// a directory in checkpoint storage, so it must be a safe path component).
@@ -71,13 +72,52 @@ impl fmt::Display for JobId {
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct JobSpec {
-    /// The job graph, owned and validated by the task runtime; opaque to the state machine.
+    /// The job graph, validated against the operator catalog at submission; stored as submitted.
     pub graph: serde_json::Value,
     pub checkpoint: CheckpointConfig,
     /// Savepoint (or retained checkpoint) path to restore from on first start.
     pub restore_from: Option<String>,
     /// Whether state in `restore_from` that maps to no operator may be skipped.
     pub allow_non_restored_state: bool,
+    /// Who owns the files of `restore_from` (Flink 2's restore modes).
+    #[serde(skip_serializing_if = "RestoreMode::is_default")]
+    pub restore_mode: RestoreMode,
+    /// How the job is restarted after failures; absent: the cluster's default (see
+    /// [`RestartStrategy::default_for`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub restart_strategy: Option<RestartStrategy>,
+}
+
+impl JobSpec {
+    /// The restart strategy in effect: the job's own, else `cluster_default`, else Flink's rule
+    /// (exponential delay when the job checkpoints periodically, none otherwise).
+    pub fn effective_restart_strategy(&self, cluster_default: Option<&RestartStrategy>) -> RestartStrategy {
+        self.restart_strategy
+            .clone()
+            .or_else(|| cluster_default.cloned())
+            .unwrap_or_else(|| RestartStrategy::default_for(self.checkpoint.interval.is_some()))
+    }
+}
+
+/// Who owns the snapshot a job restores from (`restore_from`), as Flink 2 defines it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RestoreMode {
+    /// The job never deletes the snapshot's files, and its first checkpoint is full (it shares
+    /// no file with the snapshot), so the snapshot can be deleted, or used again, at any time
+    /// after that checkpoint.
+    #[default]
+    NoClaim,
+    /// The job owns the snapshot: once its own first checkpoint completed, the snapshot's
+    /// directory is deleted (and a store entry for it forgotten). Only for a snapshot no running
+    /// job still retains.
+    Claim,
+}
+
+impl RestoreMode {
+    pub fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
 }
 
 #[cfg(test)]

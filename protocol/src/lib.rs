@@ -12,6 +12,7 @@
 //! | [`checkpoint`] | checkpoint kinds, state handles, the storage layout, `_metadata` |
 //! | [`keygroups`] | key → key group → subtask, shared by partitioning and keyed state |
 //! | [`assign`] | the one state assignment function used on every restore |
+//! | [`restart`] | restart strategies (Flink's) and the replicated state they keep |
 //!
 //! Everything here is plain data plus pure functions (and the `_metadata` file's durable write
 //! and verified read); it links no Raft, no storage engine and no task code.
@@ -32,3 +33,4 @@ pub mod job;
 pub mod keygroups;
 pub mod messages;
 pub mod operators;
+pub mod restart;

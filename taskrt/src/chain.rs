@@ -101,20 +101,29 @@ impl OperatorChain {
         Ok(())
     }
 
-    /// Installs restored state into the backends (before `initialize_state`).
-    pub fn install_restored(&mut self, restored: LoadedRestore) -> Result<(), OperatorError> {
+    /// Installs restored state into the backends (before `initialize_state`). With
+    /// `own_files`, restored shared files may be referenced again by incremental checkpoints.
+    /// State for an operator this task does not have is refused: the leader assigns state only
+    /// to the operators of each subtask, so it means the assignment and the graph disagree.
+    pub fn install_restored(
+        &mut self,
+        restored: LoadedRestore,
+        own_files: bool,
+    ) -> Result<(), OperatorError> {
         let mut by_op = restored.operators;
+        if let Some(orphan) = by_op.keys().find(|op| !self.members.iter().any(|m| m.id == **op)) {
+            return Err(OperatorError::Failed(format!(
+                "the restore assignment holds state of operator {orphan}, which this task does not run"
+            )));
+        }
         for m in &mut self.members {
             let Some(op) = by_op.remove(&m.id) else { continue };
             for (kg, data, file) in op.groups {
-                m.keyed.restore_group(kg, data, &file)?;
+                m.keyed.restore_group(kg, data, &file, own_files)?;
             }
             for (name, mode, elements) in op.lists {
                 m.lists.set(&name, mode, elements)?;
             }
-        }
-        for orphan in by_op.keys() {
-            tracing::warn!(operator = %orphan, "restored state belongs to no operator of this task; ignored");
         }
         Ok(())
     }

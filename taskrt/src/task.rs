@@ -72,12 +72,6 @@ pub enum TaskError {
     Exchange(#[from] ExchangeError),
     #[error("restoring state failed: {0}")]
     Restore(#[source] StateError),
-    #[error("asynchronous part of checkpoint {checkpoint_id} failed: {source}")]
-    AsyncSnapshot {
-        checkpoint_id: u64,
-        #[source]
-        source: StateError,
-    },
     #[error("input channel {channel} closed without end of input (upstream task died)")]
     UpstreamDisconnected { channel: usize },
     #[error(transparent)]
@@ -190,13 +184,18 @@ impl Task {
                     ),
                 }));
             }
+            // Shared files of our own checkpoints may be referenced again by incremental
+            // checkpoints; files of another job's snapshot (a restore from another job's
+            // retained checkpoint) never are, so this job's first checkpoint is full and it
+            // never depends on, nor deletes, files it does not own.
+            let own_files = restore.base_dir == self.storage.job_dir();
             let loading = tokio::task::spawn_blocking(move || load(&restore));
             let loaded = self
                 .while_not_running(loading)
                 .await?
                 .map_err(|e| TaskError::Restore(StateError::Worker(e.to_string())))?
                 .map_err(TaskError::Restore)?;
-            self.chain.install_restored(loaded)?;
+            self.chain.install_restored(loaded, own_files)?;
         }
         self.chain.initialize_state(restored_from)?;
         self.drain_control_while_not_running().await?;
@@ -408,9 +407,18 @@ impl Task {
         self.outputs.broadcast(StreamElement::Barrier(barrier)).await?;
         let plans = match self.chain.snapshot(&target) {
             Ok(plans) => plans,
-            Err(e) => {
+            Err(e) if kind.is_synchronous() => {
+                // Stop-with-savepoint: without this snapshot the task would go back to normal
+                // processing although its job is being stopped, so it fails (as Flink does).
                 self.decline(id, DeclineReason::SnapshotFailed(e.to_string())).await;
                 return Err(e.into());
+            }
+            Err(e) => {
+                // A failed synchronous part costs this checkpoint, not the task.
+                tracing::warn!(task = %self.id, checkpoint_id = id, error = %e,
+                    "synchronous part of the checkpoint failed; declining it");
+                self.decline(id, DeclineReason::SnapshotFailed(format!("synchronous part: {e}"))).await;
+                return Ok(());
             }
         };
         let sync = started.elapsed();
@@ -482,8 +490,14 @@ impl Task {
                 Ok(())
             }
             Err(source) => {
-                self.decline(id, DeclineReason::SnapshotFailed(source.to_string())).await;
-                Err(TaskError::AsyncSnapshot { checkpoint_id: id, source })
+                // A failed asynchronous part (a full or slow disk, a vanished directory) costs
+                // this checkpoint, not the task: decline it and keep processing (Flink's
+                // `handleExecutionException`). The coordinator's failure manager decides whether
+                // failing checkpoints mean the job must fail over.
+                tracing::warn!(task = %self.id, checkpoint_id = id, error = %source,
+                    "asynchronous part of the checkpoint failed; declining it");
+                self.decline(id, DeclineReason::SnapshotFailed(format!("asynchronous part: {source}"))).await;
+                Ok(())
             }
         }
     }

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use cairn_protocol::assign::assign_states;
 use cairn_protocol::checkpoint::{CheckpointMetadata, SubtaskState, VertexInfo};
 use cairn_protocol::graph::{JobGraph, OperatorSpec, Vertex};
-use cairn_protocol::messages::{CheckpointOptions, DeclineReason, TaskMessage, TaskStatus, ToTask};
+use cairn_protocol::messages::{CheckpointOptions, DeclineReason, TaskMessage, ToTask};
 use cairn_taskrt::demo::counter::KeyedCounter;
 use cairn_taskrt::demo::source::{SequenceSource, SourceConfig};
 use cairn_taskrt::exchange::{Barrier, StreamElement};
@@ -70,47 +70,65 @@ async fn messages_from_a_stale_term_are_ignored() {
     assert_eq!(h.handle.await.unwrap(), TaskOutcome::Canceled);
 }
 
-struct FailingWrites;
+/// Fails every write while `failing` is set, as a full disk would.
+struct FailingWrites {
+    failing: Arc<std::sync::atomic::AtomicBool>,
+}
 impl WriteHook for FailingWrites {
     fn before_write(&self, _path: &Path) -> std::io::Result<()> {
-        Err(std::io::Error::other("injected disk failure"))
+        if self.failing.load(Ordering::SeqCst) {
+            return Err(std::io::Error::other("injected disk failure"));
+        }
+        Ok(())
     }
 }
 
 #[tokio::test]
-async fn failing_asynchronous_part_declines_and_fails_the_task_exactly_once() {
+async fn failing_asynchronous_part_declines_each_checkpoint_once_and_the_task_keeps_running() {
     init_tracing();
     let dir = tempfile::tempdir().unwrap();
-    let storage = CheckpointStorage::new(dir.path(), "job").with_write_hook(Arc::new(FailingWrites));
+    let failing = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let storage = CheckpointStorage::new(dir.path(), "job")
+        .with_write_hook(Arc::new(FailingWrites { failing: failing.clone() }));
     let mut h = source_harness(storage);
     h.wait_running().await;
     h.control(1, trigger(1)).await;
     h.control(1, trigger(2)).await;
-    let mut statuses = Vec::new();
     let mut declines = Vec::new();
-    while let Ok(Some(msg)) = tokio::time::timeout(WAIT, h.reports.recv()).await {
-        match msg {
-            TaskMessage::Status { status, .. } => statuses.push(status),
-            TaskMessage::Decline { checkpoint_id, reason, .. } => declines.push((checkpoint_id, reason)),
-            TaskMessage::Acknowledge { .. } => panic!("nothing can be acknowledged"),
+    while declines.len() < 2 {
+        match tokio::time::timeout(WAIT, h.reports.recv()).await {
+            Ok(Some(TaskMessage::Decline { checkpoint_id, reason, .. })) => {
+                declines.push((checkpoint_id, reason))
+            }
+            Ok(Some(TaskMessage::Status { status, .. })) => {
+                assert!(!status.is_terminal(), "a failed snapshot must not end the task: {status:?}")
+            }
+            Ok(Some(TaskMessage::Acknowledge { .. })) => panic!("nothing can be acknowledged"),
+            Ok(None) | Err(_) => panic!("no decline for each failed checkpoint: {declines:?}"),
         }
-        if statuses.last().is_some_and(TaskStatus::is_terminal) {
-            break;
-        }
     }
-    let failed: Vec<_> = statuses.iter().filter(|s| matches!(s, TaskStatus::Failed(_))).collect();
-    assert_eq!(failed.len(), 1, "statuses: {statuses:?}");
-    match failed[0] {
-        TaskStatus::Failed(cause) => assert!(cause.contains("injected disk failure"), "cause: {cause}"),
-        _ => unreachable!(),
+    // The asynchronous parts run concurrently: the declines come in either order.
+    let mut ids: Vec<u64> = declines.iter().map(|(id, _)| *id).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, vec![1, 2], "each declined once");
+    for (_, reason) in &declines {
+        assert!(
+            matches!(reason, DeclineReason::SnapshotFailed(cause) if cause.contains("asynchronous part") && cause.contains("injected disk failure")),
+            "{reason:?}"
+        );
     }
-    assert!(matches!(declines.first(), Some((_, DeclineReason::SnapshotFailed(_)))), "{declines:?}");
-    match h.handle.await.unwrap() {
-        TaskOutcome::Failed(cause) => assert!(cause.contains("asynchronous part")),
-        other => panic!("expected failure, got {other:?}"),
-    }
+    assert_eq!(h.monitor.current_state(), cairn_taskrt::lifecycle::TaskState::Running);
     // Nothing from the failed writes is left behind.
     assert_eq!(files_under(&dir.path().join("job")), Vec::<PathBuf>::new());
+    // The disk recovers: the next checkpoint is acknowledged.
+    failing.store(false, Ordering::SeqCst);
+    h.control(1, trigger(3)).await;
+    match h.next_checkpoint_report().await {
+        TaskMessage::Acknowledge { checkpoint_id: 3, .. } => {}
+        other => panic!("expected the acknowledgement of checkpoint 3, got {other:?}"),
+    }
+    h.control(1, ToTask::Cancel).await;
+    assert_eq!(h.handle.await.unwrap(), TaskOutcome::Canceled);
 }
 
 /// Fails writes into `chk-1/` as if the coordinator had just discarded that directory.
@@ -351,4 +369,58 @@ async fn savepoint_with_a_target_is_self_contained_in_its_directory() {
     assert!(!dir.path().join("job/chk-4").exists());
     h.control(1, ToTask::Cancel).await;
     h.handle.await.unwrap();
+}
+
+/// An operator whose synchronous snapshot fails for one checkpoint.
+struct FailsSnapshotOf(u64);
+impl cairn_taskrt::operator::Operator for FailsSnapshotOf {
+    fn process_record(
+        &mut self,
+        record: cairn_taskrt::exchange::Record,
+        ctx: &mut cairn_taskrt::operator::OperatorContext<'_>,
+    ) -> Result<(), cairn_taskrt::operator::OperatorError> {
+        ctx.emit(record);
+        Ok(())
+    }
+
+    fn snapshot_state(
+        &mut self,
+        checkpoint_id: u64,
+        _ctx: &mut cairn_taskrt::operator::OperatorContext<'_>,
+    ) -> Result<(), cairn_taskrt::operator::OperatorError> {
+        if checkpoint_id == self.0 {
+            return Err(cairn_taskrt::operator::OperatorError::Failed("injected snapshot failure".into()));
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn failing_synchronous_part_declines_and_the_task_keeps_running() {
+    init_tracing();
+    let dir = tempfile::tempdir().unwrap();
+    let storage = CheckpointStorage::new(dir.path(), "job");
+    let mut o = HarnessOptions::new(
+        storage,
+        vec![("count".into(), Box::new(KeyedCounter)), ("flaky".into(), Box::new(FailsSnapshotOf(1)))],
+    );
+    o.incremental = false;
+    let mut h = spawn_task(o);
+    h.wait_running().await;
+    h.send(0, StreamElement::Record(rec(1, 1))).await;
+    h.send(0, barrier(1)).await;
+    match h.next_checkpoint_report().await {
+        TaskMessage::Decline { checkpoint_id: 1, reason: DeclineReason::SnapshotFailed(cause), .. } => {
+            assert!(
+                cause.contains("synchronous part") && cause.contains("injected snapshot failure"),
+                "{cause}"
+            )
+        }
+        other => panic!("expected a decline of checkpoint 1, got {other:?}"),
+    }
+    assert_eq!(h.monitor.current_state(), cairn_taskrt::lifecycle::TaskState::Running);
+    let (state, _) = checkpoint(&mut h, 2).await;
+    assert!(!state.operators["count"].keyed.is_empty(), "the next checkpoint carries the state");
+    h.control(1, ToTask::Cancel).await;
+    assert_eq!(h.handle.await.unwrap(), TaskOutcome::Canceled);
 }

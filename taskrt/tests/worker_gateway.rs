@@ -172,6 +172,40 @@ async fn deploys_the_demo_job_and_acknowledges_a_triggered_checkpoint() {
 }
 
 #[tokio::test]
+async fn acknowledgements_the_leader_did_not_confirm_are_sent_again_on_the_next_stream() {
+    init_tracing();
+    let dir = tempfile::tempdir().expect("tempdir");
+    // This leader handles reports but its confirmations never arrive (the stream breaks first).
+    let mode = LeaderMode { confirms: false, ..LeaderMode::new(2) };
+    let mut leader = FakeReplica::start(Mode::Leader(mode)).await;
+    let worker = Worker::start(config(&[&leader.addr])).expect("starts");
+    let mut session = leader.next_session().await;
+    session.deploy(2, &demo_deployment(dir.path(), 3)).await;
+    all_running(&worker, 3).await;
+    session.command(2, &trigger(3, 1)).await;
+    session.reports_until("acknowledgements of checkpoint 1", |r| acks_of(r, 1) == DEMO_TASKS).await;
+    drop(session);
+    // Whatever the first stream did not confirm comes again, in order, on the next one.
+    leader.set_mode(Mode::Leader(LeaderMode::new(2)));
+    let mut again = leader.next_session().await;
+    again.reports_until("the unconfirmed acknowledgements again", |r| acks_of(r, 1) == DEMO_TASKS).await;
+    // Confirmed now: a third stream gets none of them.
+    again.command(2, &trigger(3, 2)).await;
+    again.reports_until("acknowledgements of checkpoint 2", |r| acks_of(r, 2) == DEMO_TASKS).await;
+    drop(again);
+    let mut third = leader.next_session().await;
+    third.command(2, &trigger(3, 3)).await;
+    let reports =
+        third.reports_until("acknowledgements of checkpoint 3", |r| acks_of(r, 3) == DEMO_TASKS).await;
+    assert_eq!(
+        acks_of(&reports, 1) + acks_of(&reports, 2),
+        0,
+        "confirmed reports were sent again: {reports:?}"
+    );
+    worker.shutdown().await;
+}
+
+#[tokio::test]
 async fn reregisters_running_tasks_after_the_stream_breaks_without_restarting_them() {
     init_tracing();
     let dir = tempfile::tempdir().expect("tempdir");
@@ -387,7 +421,8 @@ mod fake {
     use cairn_proto::leader_hint::{LeaderHint, not_leader_status};
     use cairn_proto::v1::task_gateway_server::{TaskGateway, TaskGatewayServer};
     use cairn_proto::v1::{
-        Heartbeat, LeaderMessage, RegisterWorker, Registered, WorkerMessage, leader_message, worker_message,
+        Heartbeat, LeaderMessage, RegisterWorker, Registered, ReportsConfirmed, WorkerMessage,
+        leader_message, worker_message,
     };
     use cairn_protocol::messages::{Deployment, TaskCommand, TaskMessage};
     use tokio::sync::mpsc;
@@ -402,6 +437,8 @@ mod fake {
         pub leader_id: u64,
         pub heartbeat_interval_ms: u64,
         pub heartbeat_timeout_ms: u64,
+        /// Confirms every numbered report as the real leader does.
+        pub confirms: bool,
         /// Send heartbeats at the interval.
         pub heartbeats: bool,
     }
@@ -414,6 +451,7 @@ mod fake {
                 heartbeat_interval_ms: 100,
                 heartbeat_timeout_ms: 10_000,
                 heartbeats: true,
+                confirms: true,
             }
         }
     }
@@ -622,9 +660,16 @@ mod fake {
                             Ok(Some(WorkerMessage { body: Some(worker_message::Body::Heartbeat(_)) })) => {
                                 heartbeats.fetch_add(1, Ordering::SeqCst);
                             }
-                            Ok(Some(WorkerMessage { body: Some(worker_message::Body::ReportJson(json)) })) => {
-                                let report: TaskMessage = serde_json::from_slice(&json).expect("a report decodes");
+                            Ok(Some(WorkerMessage { body: Some(worker_message::Body::Report(r)) })) => {
+                                let report: TaskMessage = serde_json::from_slice(&r.json).expect("a report decodes");
                                 let _ = reports_tx.try_send(report);
+                                if mode.confirms {
+                                    let confirmed = LeaderMessage {
+                                        term: mode.term,
+                                        body: Some(leader_message::Body::Confirmed(ReportsConfirmed { up_to: r.seq })),
+                                    };
+                                    let _ = tx.try_send(Ok(confirmed));
+                                }
                             }
                             Ok(Some(other)) => panic!("unexpected worker message {other:?}"),
                             Ok(None) | Err(_) => {

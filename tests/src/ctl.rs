@@ -1,13 +1,19 @@
 //! Running the real `cairnctl` binary in tests, as an operator would: exit code, stdout, stderr.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Output;
+use std::time::Duration;
 
-use cairn_taskrt::demo::DemoJob;
+use cairn_protocol::checkpoint::layout::METADATA_FILE;
+use cairn_protocol::checkpoint::read_metadata_unverified;
 use cairn_taskrt::demo::source::SourceConfig;
+use cairn_taskrt::demo::verify::{Expectation, Violation, verify_output};
+use cairn_taskrt::demo::{DemoJob, source_offsets};
 use serde_json::Value;
 
 use crate::procs::{ProcCluster, binary};
+use crate::wait;
 
 /// Runs `cairnctl` with a clean environment (no `CAIRN_*` variables leak in from the shell).
 #[derive(Debug, Clone)]
@@ -104,4 +110,67 @@ pub fn u64_at(v: &Value, path: &[&str]) -> u64 {
 /// The string at `path` in a JSON reply ("" when absent).
 pub fn str_at<'a>(v: &'a Value, path: &[&str]) -> &'a str {
     path.iter().fold(v, |v, k| &v[k]).as_str().unwrap_or("")
+}
+
+/// Waits until `job` has at least `n` completed checkpoints; returns its checkpoint overview.
+pub async fn completed(ctl: &Ctl, job: &str, n: u64, timeout: Duration) -> anyhow::Result<Value> {
+    wait::until(&format!("{n} completed checkpoints of {job}"), timeout, || async {
+        let v = ctl.json(&["checkpoint", "list", job]).await.ok()?;
+        (u64_at(&v, &["counts", "completed"]) >= n).then_some(v)
+    })
+    .await
+}
+
+/// The job's status (`running`, `restarting`, `failed`, ...).
+pub async fn job_status(ctl: &Ctl, job: &str) -> anyhow::Result<String> {
+    Ok(str_at(&ctl.json(&["job", "describe", job]).await?, &["summary", "status"]).to_owned())
+}
+
+/// The source offsets (key → records emitted) a snapshot holds: a savepoint directory, or a
+/// retained checkpoint's `chk-<id>` directory (whose handles resolve against its job directory).
+pub fn savepoint_offsets(dir: &Path) -> anyhow::Result<BTreeMap<u64, u64>> {
+    let meta = read_metadata_unverified(&dir.join(METADATA_FILE))?;
+    let base = if meta.kind == "checkpoint" { dir.parent().unwrap_or(dir) } else { dir };
+    Ok(source_offsets(&meta, base, "source")?)
+}
+
+/// Stops `job` with a savepoint into `dir`; checks the path exists and the job finishes.
+pub async fn stop(ctl: &Ctl, job: &str, dir: &Path) -> anyhow::Result<(u64, PathBuf)> {
+    let reply = ctl.json(&["job", "stop", job, "--savepoint", "--dir", &dir.display().to_string()]).await?;
+    let path = PathBuf::from(str_at(&reply, &["path"]));
+    anyhow::ensure!(path.starts_with(dir), "savepoint outside {}: {reply}", dir.display());
+    anyhow::ensure!(path.join(METADATA_FILE).is_file(), "no _metadata in {}", path.display());
+    wait::until(&format!("job {job} to finish"), Duration::from_secs(60), || async {
+        (job_status(ctl, job).await.ok()? == "finished").then_some(())
+    })
+    .await?;
+    Ok((u64_at(&reply, &["checkpoint_id"]), path))
+}
+
+/// Waits until the committed output in `output` holds exactly the records `offsets` (key →
+/// records emitted, e.g. of the final savepoint), each exactly once and no other; a duplicate,
+/// gap or wrong sequence at any point fails at once.
+pub async fn exactly_once(
+    output: &Path,
+    offsets: &BTreeMap<u64, u64>,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    let expect = Expectation { keys: None, records_per_key: None, counts: Some(offsets.clone()) };
+    let last = std::cell::RefCell::new(String::new());
+    let done = wait::until("the committed output to match the final savepoint", timeout, || async {
+        let verdict = verify_output(output, &expect).ok()?;
+        let hard: Vec<String> = verdict
+            .violations
+            .iter()
+            .filter(|v| !matches!(v, Violation::WrongTotal { .. } | Violation::MissingKey { .. }))
+            .map(ToString::to_string)
+            .collect();
+        assert!(hard.is_empty(), "exactly-once violated: {hard:?}");
+        *last.borrow_mut() = verdict.to_string();
+        verdict.is_exactly_once().then_some(verdict)
+    })
+    .await;
+    let verdict = done.map_err(|e| anyhow::anyhow!("{e}; last verdict: {}", last.borrow()))?;
+    anyhow::ensure!(verdict.records == offsets.values().sum::<u64>(), "{verdict}");
+    Ok(())
 }

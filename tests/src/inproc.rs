@@ -33,7 +33,6 @@ pub fn test_worker_timing() -> WorkerTiming {
         heartbeat_interval: Duration::from_millis(200),
         heartbeat_timeout: Duration::from_secs(2),
         reattach_grace: Duration::from_secs(8),
-        restart_delay: Duration::from_millis(200),
     }
 }
 
@@ -90,6 +89,7 @@ impl InProcCluster {
             metrics_listen: None,
             raft: self.timing.clone(),
             workers: test_worker_timing(),
+            restart_strategy: None,
             tls: None,
             admin_token_file: None,
             admin_token: Some(self.token.clone()),

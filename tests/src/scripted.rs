@@ -33,6 +33,8 @@ pub enum FromLeader {
     Error(GatewayError),
     Heartbeat,
     Registered,
+    /// Numbered reports up to this one were handled.
+    Confirmed(u64),
 }
 
 impl ScriptedWorker {
@@ -131,6 +133,7 @@ impl ScriptedWorker {
             Some(leader_message::Body::Error(e)) => FromLeader::Error(e),
             Some(leader_message::Body::Heartbeat(_)) => FromLeader::Heartbeat,
             Some(leader_message::Body::Registered(_)) => FromLeader::Registered,
+            Some(leader_message::Body::Confirmed(c)) => FromLeader::Confirmed(c.up_to),
             None => anyhow::bail!("empty leader message"),
         })
     }

@@ -4,14 +4,10 @@
 //! membership changes (an unreachable learner, removing a voter, re-adding it wiped, promoting
 //! it, handing it the leadership) while the cluster keeps checkpointing.
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
-use cairn_protocol::checkpoint::read_metadata_unverified;
-use cairn_taskrt::demo::source_offsets;
-use cairn_taskrt::demo::verify::{Expectation, Violation, verify_output};
-use cairn_tests::ctl::{Ctl, demo_graph, str_at, u64_at};
+use cairn_tests::ctl::{Ctl, completed, demo_graph, exactly_once, savepoint_offsets, stop, str_at, u64_at};
 use cairn_tests::procs::{ProcCluster, failover_args, free_port};
 use cairn_tests::{init_test_logging, wait};
 use serde_json::Value;
@@ -67,47 +63,11 @@ async fn submit(
     Ok(())
 }
 
-/// Waits until `job` has at least `n` completed checkpoints; returns its checkpoint overview.
-async fn completed(ctl: &Ctl, job: &str, n: u64) -> anyhow::Result<Value> {
-    wait::until(&format!("{n} completed checkpoints of {job}"), T, || async {
-        let v = ctl.json(&["checkpoint", "list", job]).await.ok()?;
-        (u64_at(&v, &["counts", "completed"]) >= n).then_some(v)
-    })
-    .await
-}
-
-async fn job_status(ctl: &Ctl, job: &str) -> anyhow::Result<String> {
-    Ok(str_at(&ctl.json(&["job", "describe", job]).await?, &["summary", "status"]).to_owned())
-}
-
-async fn wait_finished(ctl: &Ctl, job: &str) -> anyhow::Result<()> {
-    wait::until(&format!("job {job} to finish"), T, || async {
-        (job_status(ctl, job).await.ok()? == "finished").then_some(())
-    })
-    .await
-}
-
 fn savepoint_ids(list: &Value) -> Vec<u64> {
     list["savepoints"]
         .as_array()
         .map(|a| a.iter().map(|s| u64_at(s, &["checkpoint_id"])).collect())
         .unwrap_or_default()
-}
-
-/// The source offsets (key → records emitted) a savepoint holds.
-fn savepoint_offsets(dir: &Path) -> anyhow::Result<BTreeMap<u64, u64>> {
-    let meta = read_metadata_unverified(&dir.join("_metadata"))?;
-    Ok(source_offsets(&meta, dir, "source")?)
-}
-
-/// Stops `job` with a savepoint into `dir`; checks the path exists and the job finishes.
-async fn stop(ctl: &Ctl, job: &str, dir: &Path) -> anyhow::Result<(u64, PathBuf)> {
-    let reply = ctl.json(&["job", "stop", job, "--savepoint", "--dir", &dir.display().to_string()]).await?;
-    let path = PathBuf::from(str_at(&reply, &["path"]));
-    anyhow::ensure!(path.starts_with(dir), "savepoint outside {}: {reply}", dir.display());
-    anyhow::ensure!(path.join("_metadata").is_file(), "no _metadata in {}", path.display());
-    wait_finished(ctl, job).await?;
-    Ok((u64_at(&reply, &["checkpoint_id"]), path))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -124,7 +84,7 @@ async fn jobs(cluster: &ProcCluster) -> anyhow::Result<()> {
     let leader = u64_at(&status(&ctl).await?, &["leader_id"]);
     let output = cluster.scratch("out")?;
     submit(&ctl, cluster, "a", &output, None).await?;
-    completed(&ctl, "a", 1).await?;
+    completed(&ctl, "a", 1, T).await?;
 
     // 1. Through a follower alone: the client follows the leader hint, reads and writes.
     let follower =
@@ -180,7 +140,7 @@ async fn jobs(cluster: &ProcCluster) -> anyhow::Result<()> {
     submit(&ctl, cluster, "b", &output, Some(&path1.display().to_string())).await?;
     let overview =
         wait::until("job b restored from the savepoint with 2 completed checkpoints", T, || async {
-            let v = completed(&ctl, "b", 2).await.ok()?;
+            let v = completed(&ctl, "b", 2, T).await.ok()?;
             (u64_at(&v, &["latest_restored", "id"]) == sp1).then_some(v)
         })
         .await?;
@@ -198,23 +158,7 @@ async fn jobs(cluster: &ProcCluster) -> anyhow::Result<()> {
             && offsets2.values().sum::<u64>() > offsets1.values().sum::<u64>(),
         "the restored job did not continue the source: {offsets1:?} then {offsets2:?}"
     );
-    let expect = Expectation { keys: Some(4), records_per_key: None, counts: Some(offsets2.clone()) };
-    let last = std::cell::RefCell::new(String::new());
-    let done = wait::until("the committed output to match the final savepoint", T, || async {
-        let verdict = verify_output(&output, &expect).ok()?;
-        let hard: Vec<String> = verdict
-            .violations
-            .iter()
-            .filter(|v| !matches!(v, Violation::WrongTotal { .. } | Violation::MissingKey { .. }))
-            .map(ToString::to_string)
-            .collect();
-        assert!(hard.is_empty(), "exactly-once violated: {hard:?}");
-        *last.borrow_mut() = verdict.to_string();
-        verdict.is_exactly_once().then_some(verdict)
-    })
-    .await;
-    let verdict = done.map_err(|e| anyhow::anyhow!("{e}; last verdict: {}", last.borrow()))?;
-    assert_eq!(verdict.records, offsets2.values().sum::<u64>(), "{verdict}");
+    exactly_once(&output, &offsets2, T).await?;
     Ok(())
 }
 
@@ -246,7 +190,7 @@ async fn membership(cluster: &mut ProcCluster) -> anyhow::Result<()> {
     let leader = u64_at(&status(&ctl).await?, &["leader_id"]);
     let output = cluster.scratch("out")?;
     submit(&ctl, cluster, "m", &output, None).await?;
-    completed(&ctl, "m", 1).await?;
+    completed(&ctl, "m", 1, T).await?;
 
     // An address where nothing listens: refused (exit 5) naming it, and the learner is gone.
     let nowhere = format!("127.0.0.1:{}", free_port()?);

@@ -70,6 +70,10 @@ struct Cli {
     /// After a leader change, how long to wait for running tasks to re-attach.
     #[arg(long, env = "CAIRN_REATTACH_GRACE", value_parser = humantime::parse_duration)]
     reattach_grace: Option<Duration>,
+    /// Restart strategy of jobs that name none, with Flink's defaults for its parameters (set
+    /// them in the configuration file's `[restart_strategy]`).
+    #[arg(long, env = "CAIRN_RESTART_STRATEGY", value_parser = parse_restart_strategy)]
+    restart_strategy: Option<cairn_protocol::restart::RestartStrategy>,
     /// This replica's TLS certificate (PEM); with --tls-key-file and --tls-ca-file the replica
     /// serves TLS only and talks Raft to its peers over mutual TLS.
     #[arg(long, env = "CAIRN_TLS_CERT_FILE")]
@@ -151,6 +155,9 @@ fn build_config(cli: &Cli) -> anyhow::Result<NodeConfig> {
     if let Some(v) = cli.reattach_grace {
         c.workers.reattach_grace = v;
     }
+    if let Some(v) = &cli.restart_strategy {
+        c.restart_strategy = Some(v.clone());
+    }
     c.tls = cairn_proto::tls::TlsFiles::overlay(
         c.tls.take(),
         cli.tls_cert_file.as_deref(),
@@ -169,6 +176,13 @@ fn build_config(cli: &Cli) -> anyhow::Result<NodeConfig> {
     c.validate()
         .context("invalid configuration (see `cairn --help` and the README's configuration reference)")?;
     Ok(c)
+}
+
+/// `none`, `fixed-delay`, `failure-rate` or `exponential-delay`, with Flink's defaults.
+fn parse_restart_strategy(s: &str) -> Result<cairn_protocol::restart::RestartStrategy, String> {
+    serde_json::from_value(serde_json::json!({ "type": s.trim() })).map_err(|_| {
+        format!("{s:?} is not a restart strategy; use none, fixed-delay, failure-rate or exponential-delay")
+    })
 }
 
 fn init_logging(cli: &Cli) -> anyhow::Result<()> {

@@ -260,7 +260,7 @@ pub enum Action {
     /// retained or in-flight checkpoint references, and may be empty.
     DiscardAckedState { checkpoint_id: u64, attempt: TaskAttemptId, cause: StrayAck, files: Vec<PathBuf> },
     /// Fail the job: checkpointing failed more often than tolerated.
-    FailJob { reason: CheckpointFailureReason, message: String },
+    FailOver { reason: CheckpointFailureReason, message: String },
     /// The manual request got a checkpoint id and its trigger went out.
     TriggerAccepted { request: RequestId, checkpoint_id: u64 },
     /// The final answer to a manual request.

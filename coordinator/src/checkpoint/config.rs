@@ -1,11 +1,11 @@
 //! Configuration of one job's coordinator core: the replicated [`CheckpointConfig`] (Flink's
-//! defaults, validated there) plus what only the coordinator needs (resolved storage root,
-//! retention policy on termination, memory bounds, the random seed).
+//! defaults, validated there, including the retention on termination) plus what only the
+//! coordinator needs (resolved storage root, memory bounds, the random seed).
 
 use std::path::PathBuf;
 
+use cairn_protocol::config::ExternalizedRetention;
 use cairn_raft::model::{CheckpointConfig, JobId, JobStatus};
-use serde::{Deserialize, Serialize};
 
 use super::error::Error;
 use super::stats::DEFAULT_HISTORY_SIZE;
@@ -14,29 +14,14 @@ use super::stats::DEFAULT_HISTORY_SIZE;
 /// unknown ones (Flink's `NUM_GHOST_CHECKPOINT_IDS`).
 pub const DEFAULT_RECENT_IDS: usize = 16;
 
-/// What happens to a job's completed checkpoints when the job reaches a terminal state
-/// (Flink's `CheckpointRetentionPolicy`). Savepoints are never discarded by the coordinator.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RetentionPolicy {
-    /// Discard on finished, canceled and failed (Flink's default).
-    #[default]
-    NeverRetainAfterTermination,
-    /// Keep when the job failed; discard when it finished or was canceled.
-    RetainOnFailure,
-    /// Keep whatever the terminal state (as Flink does for this policy, finished included).
-    RetainOnCancellation,
-}
-
-impl RetentionPolicy {
-    /// Whether a job that ended in `status` loses its checkpoints. Non-terminal states never do.
-    pub fn discards_on(self, status: &JobStatus) -> bool {
-        match status {
-            JobStatus::Finished => self == Self::NeverRetainAfterTermination || self == Self::RetainOnFailure,
-            JobStatus::Canceled => self == Self::NeverRetainAfterTermination || self == Self::RetainOnFailure,
-            JobStatus::Failed { .. } => self == Self::NeverRetainAfterTermination,
-            JobStatus::Created | JobStatus::Running | JobStatus::Restarting => false,
-        }
+/// Whether a job that ended in `status` loses its retained checkpoints under `retention` (the
+/// job's `externalized_retention`, Flink's retention policies). Non-terminal states never do;
+/// savepoints are never discarded by the coordinator.
+pub fn discards_on(retention: ExternalizedRetention, status: &JobStatus) -> bool {
+    match status {
+        JobStatus::Finished | JobStatus::Canceled => !retention.keeps_on_cancellation(),
+        JobStatus::Failed { .. } => !retention.keeps_on_failure(),
+        JobStatus::Created | JobStatus::Running | JobStatus::Restarting => false,
     }
 }
 
@@ -48,7 +33,6 @@ pub struct CoreConfig {
     pub checkpoint: CheckpointConfig,
     /// Checkpoint storage root: the job's `storage_dir`, or the replica's default.
     pub storage_root: PathBuf,
-    pub retention: RetentionPolicy,
     /// Bound on remembered finished checkpoint ids.
     pub recent_ids: usize,
     /// Bound on the statistics history.
@@ -67,7 +51,6 @@ impl CoreConfig {
             job,
             checkpoint,
             storage_root,
-            retention: RetentionPolicy::default(),
             recent_ids: DEFAULT_RECENT_IDS,
             stats_history: DEFAULT_HISTORY_SIZE,
             seed: 0,
@@ -85,23 +68,30 @@ mod tests {
     use super::*;
 
     #[test]
-    fn retention_policy_follows_flink() {
+    fn retention_follows_flinks_policies_with_cairns_default() {
+        use ExternalizedRetention::*;
         let failed = JobStatus::Failed { reason: "x".into() };
-        let p = RetentionPolicy::NeverRetainAfterTermination;
+        let p = NoExternalized;
         assert!(
-            p.discards_on(&JobStatus::Finished)
-                && p.discards_on(&JobStatus::Canceled)
-                && p.discards_on(&failed)
+            discards_on(p, &JobStatus::Finished)
+                && discards_on(p, &JobStatus::Canceled)
+                && discards_on(p, &failed)
         );
-        let p = RetentionPolicy::RetainOnFailure;
-        assert!(p.discards_on(&JobStatus::Canceled) && !p.discards_on(&failed));
-        let p = RetentionPolicy::RetainOnCancellation;
+        let p = DeleteOnCancellation;
+        assert!(discards_on(p, &JobStatus::Canceled) && !discards_on(p, &failed));
+        let p = RetainOnCancellation;
         assert!(
-            !p.discards_on(&JobStatus::Canceled)
-                && !p.discards_on(&failed)
-                && !p.discards_on(&JobStatus::Finished)
+            !discards_on(p, &JobStatus::Canceled)
+                && !discards_on(p, &failed)
+                && !discards_on(p, &JobStatus::Finished)
         );
-        assert!(!RetentionPolicy::NeverRetainAfterTermination.discards_on(&JobStatus::Running));
+        assert!(!discards_on(NoExternalized, &JobStatus::Running));
+        assert!(!discards_on(NoExternalized, &JobStatus::Restarting));
+        assert_eq!(
+            ExternalizedRetention::default(),
+            DeleteOnCancellation,
+            "a failed job keeps its checkpoints"
+        );
     }
 
     #[test]

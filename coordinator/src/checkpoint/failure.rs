@@ -190,8 +190,8 @@ pub struct JobFailureDecision {
     pub message: String,
 }
 
-/// Counts consecutive counted checkpoint failures and fails the job when they exceed the
-/// configured tolerance. Success resets the count.
+/// Counts consecutive counted checkpoint failures and fails the job over when they exceed the
+/// configured tolerance. Success resets the count; restarts do not.
 #[derive(Debug, Clone)]
 pub struct FailureManager {
     /// Consecutive counted failures tolerated (`CheckpointConfig::tolerable_failures`).
@@ -219,8 +219,14 @@ impl FailureManager {
         self.consecutive
     }
 
-    /// Records a failure. Returns a decision to fail the job when the count exceeds the
-    /// tolerance; the count is then reset, so the decision is made once per crossing.
+    /// A manager continuing a count a previous leader recorded.
+    pub fn restore(tolerable: u32, consecutive: u32) -> Self {
+        Self { consecutive, ..Self::new(tolerable) }
+    }
+
+    /// Records a failure. Returns a decision to fail the job over (the restart strategy then
+    /// decides) when the count exceeds the tolerance; the count is then reset, as Flink's
+    /// `CheckpointFailureManager` clears it, so the decision is made once per crossing.
     /// Savepoint failures never count (a failed savepoint is the user's request failing, not
     /// the job's fault tolerance).
     pub fn on_failure(
@@ -262,8 +268,8 @@ impl FailureManager {
         }
     }
 
-    /// Forgets the count (e.g. when the scheduler stops, as Flink does).
-    pub fn reset(&mut self) {
+    /// Forgets the count.
+    fn reset(&mut self) {
         self.consecutive = 0;
         self.counted.clear();
     }

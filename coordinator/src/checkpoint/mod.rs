@@ -49,7 +49,7 @@ pub use actions::{
     Action, AllocationToken, CheckpointOptions, DiscardCause, Event, FinishedOutcome, Now, RequestId,
     StrayAck, TimerToken, TriggerKind, TriggerSuccess,
 };
-pub use config::{CoreConfig, RetentionPolicy};
+pub use config::{CoreConfig, discards_on};
 pub use error::{Error, TriggerError};
 pub use failure::{CheckpointFailureReason, FailureManager};
 pub use hooks::{HookError, MasterHook, MasterHooks};

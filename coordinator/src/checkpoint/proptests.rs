@@ -110,6 +110,7 @@ impl Sim {
             retained: 2,
             savepoint_dir: Some("/sp".into()),
             storage_dir: None,
+            externalized_retention: Default::default(),
         };
         let mut sim = Self {
             h: Harness::new(cfg),

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 use cairn_protocol::assign::{AssignError, StateAssignment, assign_states};
 use cairn_protocol::checkpoint::layout::METADATA_FILE;
-use cairn_protocol::checkpoint::{CheckpointMetadata, MetadataError, MetadataPointer};
+use cairn_protocol::checkpoint::{CheckpointLayout, CheckpointMetadata, MetadataError, MetadataPointer};
 use cairn_protocol::graph::JobGraph;
 use cairn_raft::model::{CheckpointKind, CompletedCheckpoint, JobRecord};
 
@@ -81,19 +81,35 @@ impl RestoreCandidate {
 }
 
 impl RestorePoint {
-    /// A savepoint named by path (e.g. `JobSpec::restore_from`), with the result of reading its
-    /// `_metadata` (unverified: there is no pointer for it).
-    pub fn from_savepoint_dir(
-        dir: &Path,
-        read: Result<CheckpointMetadata, MetadataError>,
-    ) -> Result<Self, Error> {
+    /// A snapshot named by path (`JobSpec::restore_from`): a savepoint directory, or the
+    /// `chk-<id>` directory of a retained checkpoint (of this or another job), with the result
+    /// of reading its `_metadata` (unverified: there is no pointer for it). A savepoint's handles
+    /// resolve against its own directory; a checkpoint's against its job's directory (the parent
+    /// of `chk-<id>`), where its `shared/` files are too.
+    pub fn from_path(dir: &Path, read: Result<CheckpointMetadata, MetadataError>) -> Result<Self, Error> {
         let metadata = read.map_err(|e| Error::MetadataUnreadable {
             checkpoint_id: 0,
             path: dir.join(METADATA_FILE),
             cause: e.to_string(),
         })?;
         let kind = CheckpointKind::from_metadata_name(&metadata.kind);
-        Ok(Self { checkpoint_id: metadata.checkpoint_id, kind, base_dir: dir.to_owned(), metadata })
+        let base_dir = match kind {
+            CheckpointKind::Checkpoint => {
+                let expected = CheckpointLayout::chk_rel(metadata.checkpoint_id);
+                match (dir.file_name().and_then(|n| n.to_str()), dir.parent()) {
+                    (Some(name), Some(job_dir)) if name == expected => job_dir.to_owned(),
+                    _ => {
+                        return Err(Error::MetadataMismatch {
+                            path: dir.join(METADATA_FILE),
+                            expected: format!("a retained checkpoint in a directory named {expected}"),
+                            found: format!("checkpoint {} in {}", metadata.checkpoint_id, dir.display()),
+                        });
+                    }
+                }
+            }
+            CheckpointKind::Savepoint | CheckpointKind::SyncSavepoint => dir.to_owned(),
+        };
+        Ok(Self { checkpoint_id: metadata.checkpoint_id, kind, base_dir, metadata })
     }
 }
 

@@ -87,6 +87,10 @@ pub struct CheckpointCounts {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StatsSummary {
     pub counts: CheckpointCounts,
+    /// Counted checkpoint failures since the last success (the failure manager's count), so a
+    /// new leader continues it.
+    #[serde(default)]
+    pub consecutive_failures: u32,
     /// Latest entries without their per-subtask details.
     pub latest_completed: Option<CheckpointStats>,
     pub latest_savepoint: Option<CheckpointStats>,
@@ -163,6 +167,7 @@ impl CheckpointStatsTracker {
             latest_savepoint: strip(&self.stats.latest_savepoint),
             latest_failed: strip(&self.stats.latest_failed),
             latest_restored: self.stats.latest_restored.clone(),
+            consecutive_failures: 0,
         }
     }
 

@@ -91,6 +91,7 @@ impl Replica {
             advertise: Arc::from(config.advertise_addr()),
             telemetry: ReplicaMetrics::new(),
             peer_tls,
+            default_restart_strategy: config.restart_strategy.clone().map(Arc::new),
         };
         let raft_gauges =
             tokio::spawn(crate::metrics::raft::follow_raft(raft.clone(), ctx.telemetry.raft.clone()));

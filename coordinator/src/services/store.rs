@@ -78,6 +78,16 @@ pub(crate) fn check_spec(spec: &JobSpec, prefix: &str) -> Result<(), NodeError> 
             "{prefix}allow_non_restored_state only applies together with restore_from"
         )));
     }
+    if !spec.restore_mode.is_default() && spec.restore_from.is_none() {
+        return Err(NodeError::InvalidArgument(format!(
+            "{prefix}restore_mode only applies together with restore_from"
+        )));
+    }
+    if let Some(strategy) = &spec.restart_strategy {
+        strategy
+            .validate()
+            .map_err(|e| NodeError::InvalidArgument(format!("{prefix}restart_strategy: {e}")))?;
+    }
     Ok(())
 }
 

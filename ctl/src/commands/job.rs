@@ -10,14 +10,16 @@ use cairn_proto::admin::{
 use serde_json::{Map, Value};
 
 use super::Ctx;
-use crate::cli::{CheckpointFlags, ConfigArgs, Interval, JobCmd, StopArgs, SubmitArgs};
+use crate::cli::{
+    CheckpointFlags, ConfigArgs, Interval, JobCmd, RestartFlags, RestoreModeArg, StopArgs, SubmitArgs,
+};
 use crate::client::Wait;
 use crate::errors::CtlError;
 use crate::output;
 
 pub async fn run(ctx: &mut Ctx<'_>, cmd: JobCmd) -> Result<(), CtlError> {
     match cmd {
-        JobCmd::Submit(args) => submit(ctx, args).await,
+        JobCmd::Submit(args) => submit(ctx, *args).await,
         JobCmd::List => {
             let reply = ctx
                 .session
@@ -75,6 +77,12 @@ async fn submit(ctx: &mut Ctx<'_>, args: SubmitArgs) -> Result<(), CtlError> {
         restore_from: args.from_savepoint.unwrap_or_default(),
         allow_non_restored_state: args.allow_non_restored_state,
         request_id: ctx.request_id.clone(),
+        restore_mode: match args.restore_mode {
+            None => String::new(),
+            Some(RestoreModeArg::NoClaim) => "no_claim".into(),
+            Some(RestoreModeArg::Claim) => "claim".into(),
+        },
+        restart_strategy_json: restart_json(&args.restart)?.map(|v| v.to_string()).unwrap_or_default(),
     };
     let reply = ctx
         .session
@@ -183,7 +191,6 @@ pub fn checkpoint_json(flags: &CheckpointFlags) -> Result<Option<Map<String, Val
             }
         }
     };
-    let duration = |d: std::time::Duration| Value::String(humantime::format_duration(d).to_string());
     if let Some(i) = flags.interval {
         map.insert(
             "interval".into(),
@@ -208,12 +215,55 @@ pub fn checkpoint_json(flags: &CheckpointFlags) -> Result<Option<Map<String, Val
             map.insert(key.into(), Value::from(v));
         }
     }
-    for (key, v) in [("savepoint_dir", &flags.savepoint_dir), ("storage_dir", &flags.checkpoint_dir)] {
+    for (key, v) in [
+        ("savepoint_dir", &flags.savepoint_dir),
+        ("storage_dir", &flags.checkpoint_dir),
+        ("externalized_retention", &flags.externalized_retention),
+    ] {
         if let Some(v) = v {
             map.insert(key.into(), Value::String(v.clone()));
         }
     }
     Ok((!map.is_empty()).then_some(map))
+}
+
+/// A duration as the JSON configuration writes it (humantime).
+fn duration(d: std::time::Duration) -> Value {
+    Value::String(humantime::format_duration(d).to_string())
+}
+
+/// The restart strategy of `flags` as JSON, checked as the cluster will check it; `None` when
+/// no strategy was given (the cluster's default applies).
+pub fn restart_json(flags: &RestartFlags) -> Result<Option<Value>, CtlError> {
+    let Some(raw) = &flags.restart_strategy else { return Ok(None) };
+    let raw = raw.trim();
+    let mut map = if raw.starts_with('{') || raw.starts_with('@') {
+        let text = match raw.strip_prefix('@') {
+            Some(path) => std::fs::read_to_string(path)
+                .map_err(|e| CtlError::Usage(format!("cannot read the restart strategy file {path}: {e}")))?,
+            None => raw.to_owned(),
+        };
+        serde_json::from_str::<Map<String, Value>>(&text)
+            .map_err(|e| CtlError::Usage(format!("--restart-strategy is not a JSON object: {e}")))?
+    } else {
+        Map::from_iter([("type".to_owned(), Value::String(raw.to_owned()))])
+    };
+    if let Some(n) = flags.restart_attempts {
+        map.insert("attempts".into(), Value::from(n));
+    }
+    if let Some(d) = flags.restart_delay {
+        map.insert("delay".into(), duration(d));
+    }
+    let value = Value::Object(map);
+    let strategy: cairn_protocol::restart::RestartStrategy =
+        serde_json::from_value(value.clone()).map_err(|e| {
+            CtlError::Usage(format!(
+                "invalid restart strategy: {e} (types: none, fixed-delay, failure-rate, exponential-delay; \
+                 --restart-attempts applies to fixed-delay, --restart-delay to fixed-delay and failure-rate)"
+            ))
+        })?;
+    strategy.validate().map_err(|e| CtlError::Usage(e.to_string()))?;
+    Ok(Some(value))
 }
 
 /// Decodes the fields as the cluster will (unknown names and bad durations are refused) and
@@ -223,7 +273,8 @@ pub fn check_checkpoint_config(map: &Map<String, Value>) -> Result<(), CtlError>
         .map_err(|e| {
             CtlError::Usage(format!(
                 "invalid checkpoint configuration: {e} (fields: interval, timeout, min_pause, \
-                 max_concurrent, tolerable_failures, retained, savepoint_dir, storage_dir)"
+                 max_concurrent, tolerable_failures, retained, savepoint_dir, storage_dir, \
+                 externalized_retention)"
             ))
         })?;
     config.validate().map_err(|e| CtlError::Usage(e.to_string()))

@@ -3,7 +3,7 @@
 //! ```text
 //! <root>/<job>/chk-<id>/...          exclusive state of checkpoint <id>, and its _metadata
 //! <root>/<job>/shared/...            incremental state shared between checkpoints
-//! <savepoint-dir>/savepoint-<job-prefix>-<id>/   self-contained savepoint
+//! <savepoint-dir>/savepoint-<job>-<id>-<random>/  self-contained savepoint
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -53,11 +53,12 @@ impl CheckpointLayout {
         self.job_dir.join(rel)
     }
 
-    /// Directory of savepoint `id` of `job` under `savepoint_dir`. The job prefix is the first
-    /// 8 characters of the job id, as Flink names savepoints.
-    pub fn savepoint_dir(savepoint_dir: impl AsRef<Path>, job: &str, id: u64) -> PathBuf {
-        let prefix: String = job.chars().take(8).collect();
-        savepoint_dir.as_ref().join(format!("savepoint-{prefix}-{id}"))
+    /// Directory of savepoint `id` of `job` under `savepoint_dir`: the whole job id, the
+    /// checkpoint id and a random `suffix` (as Flink adds one), so that two jobs, or two
+    /// attempts of one job that reuse an id after a restore, never write into the same
+    /// directory.
+    pub fn savepoint_dir(savepoint_dir: impl AsRef<Path>, job: &str, id: u64, suffix: u64) -> PathBuf {
+        savepoint_dir.as_ref().join(format!("savepoint-{job}-{id}-{suffix:012x}"))
     }
 }
 
@@ -80,8 +81,13 @@ mod tests {
         assert_eq!(l.metadata_path(7), PathBuf::from("/data/cp/wordcount/chk-7/_metadata"));
         assert_eq!(l.shared_dir(), PathBuf::from("/data/cp/wordcount/shared"));
         assert_eq!(
-            CheckpointLayout::savepoint_dir("/sp", "wordcount-job", 9),
-            PathBuf::from("/sp/savepoint-wordcoun-9")
+            CheckpointLayout::savepoint_dir("/sp", "wordcount-job", 9, 0xabc),
+            PathBuf::from("/sp/savepoint-wordcount-job-9-000000000abc")
+        );
+        assert_ne!(
+            CheckpointLayout::savepoint_dir("/sp", "wordcount", 9, 1),
+            CheckpointLayout::savepoint_dir("/sp", "wordcount-2", 9, 1),
+            "jobs sharing a prefix get distinct directories"
         );
     }
 

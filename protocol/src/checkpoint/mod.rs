@@ -4,7 +4,7 @@
 //! - [`handles`]: state handles, the descriptions of state files that tasks acknowledge and that
 //!   `_metadata` stores (keyed state per key group, operator list state, file checksums).
 //! - [`layout`]: where things live under the storage root (`<root>/<job>/chk-<id>/`,
-//!   `<root>/<job>/shared/`, `<savepoint-dir>/savepoint-<job-prefix>-<id>/`).
+//!   `<root>/<job>/shared/`, `<savepoint-dir>/savepoint-<job>-<id>-<random>/`).
 //! - [`metadata`]: the `_metadata` file of a completed checkpoint: encoding, atomic durable
 //!   write, and verified read.
 //!

@@ -4,6 +4,8 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use cairn_protocol::restart::{RestartDecision, RestartStrategy};
+
 use super::{CheckpointConfig, CompletedCheckpoint, ConfigError, JobId, JobSpec, JobStatus, SavepointRecord};
 
 /// A change to the replicated state, proposed by the leader through Raft.
@@ -37,6 +39,15 @@ pub enum Command {
     /// Replaces the job's checkpoint statistics summary (owned by the coordinator, opaque here),
     /// so that counts and latest entries survive a leader change.
     RecordStats { job: JobId, stats: serde_json::Value },
+    /// The job failed (a task, its worker, its restore, or checkpointing past its tolerance):
+    /// `strategy` decides, from the job's replicated restart state, whether it restarts (the
+    /// job becomes `restarting` until the outcome's time) or fails for good (`failed`, with the
+    /// strategy's reason). `at_ms` is the leader's wall clock; `jitter_permille` a random
+    /// sample in -1000..=1000 drawn by the leader, so every replica decides the same.
+    RecordFailure { job: JobId, at_ms: u64, cause: String, strategy: RestartStrategy, jitter_permille: i16 },
+    /// Forgets one retained checkpoint of a job that ended (a job restoring from it in `claim`
+    /// mode took it over); the outcome returns it as [`Outcome::Subsumed`].
+    ReleaseRetainedCheckpoint { job: JobId, checkpoint_id: u64 },
     /// Starts a new deployment attempt of the job's tasks; the outcome is its attempt number,
     /// unique across leaders, so a message from an older attempt is always recognisable.
     BeginAttempt { job: JobId },
@@ -64,6 +75,8 @@ impl Command {
             | Self::RemoveJob { job }
             | Self::DiscardRetainedCheckpoints { job }
             | Self::BeginAttempt { job }
+            | Self::RecordFailure { job, .. }
+            | Self::ReleaseRetainedCheckpoint { job, .. }
             | Self::RecordStats { job, .. }
             | Self::RecordRequest { job, .. } => job,
             Self::Deduplicated { command, .. } => command.job(),
@@ -84,6 +97,8 @@ impl Command {
             Self::RemoveJob { .. } => "remove_job",
             Self::DiscardRetainedCheckpoints { .. } => "discard_retained_checkpoints",
             Self::BeginAttempt { .. } => "begin_attempt",
+            Self::RecordFailure { .. } => "record_failure",
+            Self::ReleaseRetainedCheckpoint { .. } => "release_retained_checkpoint",
             Self::RecordStats { .. } => "record_stats",
             Self::Deduplicated { .. } => "deduplicated",
             Self::RecordRequest { .. } => "record_request",
@@ -122,6 +137,10 @@ pub enum Outcome {
     JobRemoved {
         checkpoints: Vec<CompletedCheckpoint>,
         savepoints: Vec<SavepointRecord>,
+    },
+    /// What the restart strategy decided about a recorded failure.
+    RestartDecided {
+        decision: RestartDecision,
     },
     /// A request id seen before with the same arguments: what its first execution returned.
     Repeated {
@@ -170,6 +189,10 @@ pub enum CommandError {
     RequestIdReused { job: JobId, request_id: String },
     #[error("{field} of checkpoint {id} of job `{job}` is invalid: {reason}")]
     InvalidCheckpoint { job: JobId, id: u64, field: String, reason: String },
+    #[error("job `{job}` retains no checkpoint {id}")]
+    UnknownCheckpoint { job: JobId, id: u64 },
+    #[error(transparent)]
+    InvalidRestartStrategy(#[from] cairn_protocol::restart::RestartStrategyError),
 }
 
 /// The response of one applied log entry. Rejections are committed responses too, so that

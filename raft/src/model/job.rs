@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use cairn_protocol::checkpoint::CheckpointKind;
 use cairn_protocol::job::{JobId, JobSpec};
+use cairn_protocol::restart::RestartState;
 
 use super::RequestTable;
 
@@ -104,6 +105,14 @@ pub struct JobRecord {
     /// Recent operator request ids and their outcomes (idempotent retries), bounded.
     #[serde(default, skip_serializing_if = "RequestTable::is_empty")]
     pub requests: RequestTable,
+    /// What the restart strategy remembers of the job's failures (a new leader continues a
+    /// backoff from it).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub restart: RestartState,
+}
+
+fn is_default<T: Default + PartialEq>(v: &T) -> bool {
+    *v == T::default()
 }
 
 impl JobRecord {
@@ -120,6 +129,7 @@ impl JobRecord {
             attempts: 0,
             stats: None,
             requests: RequestTable::default(),
+            restart: RestartState::default(),
         }
     }
 

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 
+use cairn_protocol::restart::RestartDecision;
 use serde::{Deserialize, Serialize};
 
 use super::request::Lookup;
@@ -73,6 +74,19 @@ impl StateMachineData {
             let (checkpoints, savepoints) = removed.map(|j| (j.completed, j.savepoints)).unwrap_or_default();
             return Ok(Outcome::JobRemoved { checkpoints, savepoints });
         }
+        if let Command::ReleaseRetainedCheckpoint { checkpoint_id, .. } = cmd {
+            if !job.status.is_terminal() {
+                return Err(CommandError::JobNotTerminal {
+                    job: job_id.clone(),
+                    status: job.status.to_string(),
+                });
+            }
+            let pos =
+                job.completed.iter().position(|c| c.id == *checkpoint_id).ok_or_else(|| {
+                    CommandError::UnknownCheckpoint { job: job_id.clone(), id: *checkpoint_id }
+                })?;
+            return Ok(Outcome::Subsumed { checkpoints: vec![job.completed.remove(pos)] });
+        }
         if let Command::DiscardRetainedCheckpoints { .. } = cmd {
             if !job.status.is_terminal() {
                 return Err(CommandError::JobNotTerminal {
@@ -130,6 +144,7 @@ fn apply_to_live_job(job: &mut JobRecord, cmd: &Command) -> Result<Outcome, Comm
         Command::RegisterJob { .. }
         | Command::RemoveJob { .. }
         | Command::DiscardRetainedCheckpoints { .. }
+        | Command::ReleaseRetainedCheckpoint { .. }
         | Command::Deduplicated { .. }
         | Command::RecordRequest { .. } => {
             unreachable!("handled by StateMachineData::apply")
@@ -209,6 +224,16 @@ fn apply_to_live_job(job: &mut JobRecord, cmd: &Command) -> Result<Outcome, Comm
             }
             job.stats = Some(stats.clone());
             Ok(Outcome::Done)
+        }
+        Command::RecordFailure { at_ms, cause, strategy, jitter_permille, .. } => {
+            strategy.validate()?;
+            let jitter = f64::from((*jitter_permille).clamp(-1000, 1000)) / 1000.0;
+            let decision = strategy.on_failure(&mut job.restart, *at_ms, jitter, cause);
+            job.status = match &decision {
+                RestartDecision::Restart { .. } => JobStatus::Restarting,
+                RestartDecision::GiveUp { reason } => JobStatus::Failed { reason: reason.clone() },
+            };
+            Ok(Outcome::RestartDecided { decision })
         }
         Command::BeginAttempt { .. } => {
             job.attempts = job

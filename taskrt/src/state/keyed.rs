@@ -187,12 +187,14 @@ impl KeyedStateBackend {
     }
 
     /// Installs a restored key group. Every key must belong to it and to this subtask's range.
-    /// When the file is shared it becomes reusable by incremental checkpoints.
+    /// When the file is shared and `reusable` (it lies in this job's own checkpoint storage) it
+    /// becomes reusable by incremental checkpoints.
     pub fn restore_group(
         &mut self,
         key_group: u32,
         data: KeyGroupData,
         file: &StateFile,
+        reusable: bool,
     ) -> Result<(), StateError> {
         if !self.range.contains(key_group) {
             return Err(StateError::Corrupt {
@@ -209,7 +211,7 @@ impl KeyedStateBackend {
         let version = self.next_version;
         self.next_version += 1;
         self.groups.insert(key_group, Group { version, data });
-        if file.is_shared() {
+        if reusable && file.is_shared() {
             self.confirmed.insert(key_group, (version, file.clone()));
         }
         Ok(())

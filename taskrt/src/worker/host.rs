@@ -17,8 +17,8 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
-use cairn_proto::v1::WorkerMessage;
 use cairn_proto::v1::worker_message::Body;
+use cairn_proto::v1::{Report, WorkerMessage};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 use tokio::time::{Instant, sleep_until};
@@ -61,6 +61,10 @@ pub(crate) enum HostCommand {
     },
     /// The session ended.
     Detach,
+    /// The leader handled every report up to `up_to` sent on the current stream.
+    Confirmed {
+        up_to: u64,
+    },
     /// Cancel every task, wait (bounded) for them to end and their reports to leave, then stop.
     Shutdown {
         done: oneshot::Sender<()>,
@@ -152,8 +156,8 @@ impl JobHost {
                 permit = async { match link { Some(tx) => tx.reserve_owned().await, None => std::future::pending().await } } => {
                     match permit {
                         Ok(permit) => {
-                            if let Some(msg) = self.outbox.pop() {
-                                match encode_report(&msg) {
+                            if let Some((seq, msg)) = self.outbox.pop() {
+                                match encode_report(seq, &msg) {
                                     Some(m) => { permit.send(m); }
                                     None => tracing::error!(task = %msg.task(), "report cannot be encoded; dropped"),
                                 }
@@ -211,14 +215,15 @@ impl JobHost {
                 tracing::debug!(pending = self.outbox.len(), "reports go to the leader");
             }
             HostCommand::Detach => self.on_detach("session ended"),
+            HostCommand::Confirmed { up_to } => self.outbox.confirm(up_to),
             HostCommand::Shutdown { done } => self.on_shutdown(done).await,
         }
     }
 
     fn on_detach(&mut self, why: &str) {
         if self.link.take().is_some() {
-            let dropped = self.outbox.detach();
-            tracing::debug!(why, dropped, kept = self.outbox.len(), "reports held until a leader attaches");
+            let resend = self.outbox.detach();
+            tracing::debug!(why, resend, held = self.outbox.len(), "reports held until a leader attaches");
         }
     }
 
@@ -359,9 +364,15 @@ impl JobHost {
     }
 
     fn push_report(&mut self, msg: TaskMessage) {
-        let task = msg.task().clone();
-        if self.outbox.push(msg) == Pushed::Dropped {
-            tracing::debug!(task = %task, "acknowledgement or decline dropped: no leader to take it");
+        if let Pushed::HeldDropping(dropped) = self.outbox.push(msg) {
+            match *dropped {
+                TaskMessage::Status { task, status } => {
+                    tracing::debug!(task = %task, ?status, "superseded status not sent (report buffer full)")
+                }
+                other => {
+                    tracing::warn!(task = %other.task(), "report buffer full: an older report was dropped")
+                }
+            }
         }
     }
 
@@ -455,6 +466,6 @@ async fn next_report(jobs: &mut BTreeMap<String, HostedJob>) -> (String, TaskMes
     .await
 }
 
-fn encode_report(msg: &TaskMessage) -> Option<WorkerMessage> {
-    serde_json::to_vec(msg).ok().map(|json| WorkerMessage { body: Some(Body::ReportJson(json)) })
+fn encode_report(seq: u64, msg: &TaskMessage) -> Option<WorkerMessage> {
+    serde_json::to_vec(msg).ok().map(|json| WorkerMessage { body: Some(Body::Report(Report { seq, json })) })
 }

@@ -1,39 +1,53 @@
-//! Task reports on their way to the leader, with bounded memory whatever the connection does.
+//! Task reports on their way to the leader: none is lost to a broken stream, and memory stays
+//! bounded whatever the connection does.
 //!
-//! While attached to a leader, reports queue in order (bounded: past the limit, acknowledgements
-//! and declines are dropped, which the leader sees as a checkpoint that times out; statuses are
-//! kept coalesced). While detached, only each task attempt's latest status is kept:
-//! acknowledgements and declines of a previous leader's checkpoints are worthless to the next
-//! leader, which aborts every checkpoint it did not start. On attach, the kept statuses are sent
-//! first. Pure bookkeeping, no I/O: the job host ([`super::host`]) owns one.
+//! Every report gets a sequence number when it is pushed (increasing for the life of the
+//! worker). While attached, reports go out in order and wait, sent but unconfirmed, until the
+//! leader confirms them (`ReportsConfirmed { up_to }`: it handled every report up to that
+//! number). When the stream breaks, the unconfirmed ones go back to the front of the queue, and
+//! everything is sent again, in order, on the next stream: an acknowledgement produced while the
+//! stream was down still completes its checkpoint if the same leader is reached again; a new
+//! leader refuses what belongs to checkpoints it did not start, which changes nothing.
+//!
+//! Bound: at most `capacity` reports are held. Past it, a task's older status is replaced by
+//! its newer one first; then the oldest acknowledgement or decline is dropped (its checkpoint
+//! then expires). Pure bookkeeping, no I/O: the job host ([`super::host`]) owns one.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 
-use cairn_protocol::messages::{TaskAttemptId, TaskMessage, TaskStatus};
+use cairn_protocol::messages::TaskMessage;
 
 /// What happened to a pushed report.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Pushed {
-    Queued,
-    /// Detached: kept as the task's latest status.
-    KeptLatest,
-    /// An acknowledgement or decline that cannot be delivered (detached, or queue full).
-    Dropped,
+    /// Held until the leader confirms it.
+    Held,
+    /// Held; to make room an older report was dropped (an acknowledgement or decline; its
+    /// checkpoint will expire) or replaced (a status superseded by the same task's newer one).
+    HeldDropping(Box<TaskMessage>),
 }
 
 #[derive(Debug)]
 pub struct Outbox {
     attached: bool,
-    queue: VecDeque<TaskMessage>,
-    /// Latest status per task attempt, kept while detached (and on queue overflow).
-    latest: BTreeMap<TaskAttemptId, TaskStatus>,
-    /// Bound on `queue`, and on `latest`.
+    next_seq: u64,
+    /// Not sent on the current stream yet, in sequence order.
+    queue: VecDeque<(u64, TaskMessage)>,
+    /// Sent on the current stream, awaiting the leader's confirmation, in sequence order.
+    unconfirmed: VecDeque<(u64, TaskMessage)>,
+    /// Bound on `queue` + `unconfirmed`.
     capacity: usize,
 }
 
 impl Outbox {
     pub fn new(capacity: usize) -> Self {
-        Self { attached: false, queue: VecDeque::new(), latest: BTreeMap::new(), capacity: capacity.max(1) }
+        Self {
+            attached: false,
+            next_seq: 1,
+            queue: VecDeque::new(),
+            unconfirmed: VecDeque::new(),
+            capacity: capacity.max(1),
+        }
     }
 
     pub fn is_attached(&self) -> bool {
@@ -41,76 +55,70 @@ impl Outbox {
     }
 
     pub fn push(&mut self, msg: TaskMessage) -> Pushed {
-        if self.attached && self.queue.len() < self.capacity {
-            self.queue.push_back(msg);
-            return Pushed::Queued;
-        }
-        match msg {
-            TaskMessage::Status { task, status } => {
-                self.keep_latest(task, status);
-                Pushed::KeptLatest
-            }
-            _ => Pushed::Dropped,
+        let dropped = if self.len() >= self.capacity { self.make_room(&msg) } else { None };
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.queue.push_back((seq, msg));
+        match dropped {
+            None => Pushed::Held,
+            Some(m) => Pushed::HeldDropping(Box::new(m)),
         }
     }
 
-    fn keep_latest(&mut self, task: TaskAttemptId, status: TaskStatus) {
-        if self.latest.len() >= self.capacity && !self.latest.contains_key(&task) {
-            // Bounded memory: forget the status of an ended task first (its job is gone).
-            let victim = self.latest.iter().find(|(_, s)| s.is_terminal()).map(|(t, _)| t.clone());
-            match victim {
-                Some(t) => {
-                    self.latest.remove(&t);
-                }
-                None => {
-                    tracing::warn!(task = %task, "status buffer full; status dropped");
-                    return;
-                }
-            }
+    /// Frees one place: an older status of the same task (superseded by `incoming`) if
+    /// unsent, else the oldest unsent acknowledgement or decline, else the oldest report.
+    fn make_room(&mut self, incoming: &TaskMessage) -> Option<TaskMessage> {
+        let same_task_status = |m: &TaskMessage| matches!((m, incoming), (TaskMessage::Status { task: a, .. }, TaskMessage::Status { task: b, .. }) if a == b);
+        let victim = self
+            .queue
+            .iter()
+            .position(|(_, m)| same_task_status(m))
+            .or_else(|| self.queue.iter().position(|(_, m)| !matches!(m, TaskMessage::Status { .. })));
+        match victim {
+            Some(i) => self.queue.remove(i).map(|(_, m)| m),
+            None => self.queue.pop_front().or_else(|| self.unconfirmed.pop_front()).map(|(_, m)| m),
         }
-        self.latest.insert(task, status);
     }
 
-    /// The connection is gone: keep the latest status of each task, drop the rest.
+    /// The stream is gone: what it did not confirm is sent again on the next one.
     pub fn detach(&mut self) -> usize {
         self.attached = false;
-        let mut dropped = 0;
-        for msg in std::mem::take(&mut self.queue) {
-            if self.push(msg) == Pushed::Dropped {
-                dropped += 1;
-            }
+        let resend = self.unconfirmed.len();
+        while let Some(r) = self.unconfirmed.pop_back() {
+            self.queue.push_front(r);
         }
-        dropped
+        resend
     }
 
-    /// A leader accepted the worker: what was kept goes out first.
+    /// A leader accepted the worker: reports go out from the oldest unconfirmed one.
     pub fn attach(&mut self) {
         self.attached = true;
-        let kept = std::mem::take(&mut self.latest);
-        let mut front: VecDeque<TaskMessage> =
-            kept.into_iter().map(|(task, status)| TaskMessage::Status { task, status }).collect();
-        front.append(&mut self.queue);
-        self.queue = front;
     }
 
-    /// The next report to send (only while attached): the queue in order, then any status kept
-    /// on overflow.
-    pub fn pop(&mut self) -> Option<TaskMessage> {
+    /// The next report to send (only while attached), with its sequence number.
+    pub fn pop(&mut self) -> Option<(u64, TaskMessage)> {
         if !self.attached {
             return None;
         }
-        self.queue
-            .pop_front()
-            .or_else(|| self.latest.pop_first().map(|(task, status)| TaskMessage::Status { task, status }))
+        let (seq, msg) = self.queue.pop_front()?;
+        self.unconfirmed.push_back((seq, msg.clone()));
+        Some((seq, msg))
+    }
+
+    /// The leader handled every report up to `up_to` sent on this stream.
+    pub fn confirm(&mut self, up_to: u64) {
+        while self.unconfirmed.front().is_some_and(|(seq, _)| *seq <= up_to) {
+            self.unconfirmed.pop_front();
+        }
     }
 
     pub fn has_pending(&self) -> bool {
-        self.attached && !(self.queue.is_empty() && self.latest.is_empty())
+        self.attached && !self.queue.is_empty()
     }
 
-    /// Reports waiting (queued or kept).
+    /// Reports held (unsent or unconfirmed).
     pub fn len(&self) -> usize {
-        self.queue.len() + self.latest.len()
+        self.queue.len() + self.unconfirmed.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -121,7 +129,7 @@ impl Outbox {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cairn_protocol::messages::{DeclineReason, TaskId};
+    use cairn_protocol::messages::{DeclineReason, TaskAttemptId, TaskId, TaskStatus};
 
     fn id(subtask: u32) -> TaskAttemptId {
         TaskAttemptId { task: TaskId { job: "j".into(), vertex: "v".into(), subtask }, attempt: 1 }
@@ -131,51 +139,71 @@ mod tests {
         TaskMessage::Status { task: id(subtask), status }
     }
 
-    fn decline(subtask: u32) -> TaskMessage {
-        TaskMessage::Decline { task: id(subtask), checkpoint_id: 1, reason: DeclineReason::TaskNotReady }
+    fn decline(subtask: u32, checkpoint_id: u64) -> TaskMessage {
+        TaskMessage::Decline { task: id(subtask), checkpoint_id, reason: DeclineReason::TaskNotReady }
+    }
+
+    fn drain(o: &mut Outbox) -> Vec<(u64, TaskMessage)> {
+        std::iter::from_fn(|| o.pop()).collect()
     }
 
     #[test]
-    fn detached_keeps_only_the_latest_status_per_task() {
+    fn reports_made_while_detached_go_out_in_order_once_attached() {
         let mut o = Outbox::new(16);
-        assert_eq!(o.push(status(0, TaskStatus::Restoring)), Pushed::KeptLatest);
-        assert_eq!(o.push(status(0, TaskStatus::Running)), Pushed::KeptLatest);
-        assert_eq!(o.push(decline(0)), Pushed::Dropped);
-        assert_eq!(o.pop(), None);
+        o.push(status(0, TaskStatus::Running));
+        o.push(decline(0, 1));
+        assert_eq!(o.pop(), None, "nothing is sent while detached");
         assert!(!o.has_pending());
         o.attach();
-        o.push(decline(1));
-        assert_eq!(o.pop(), Some(status(0, TaskStatus::Running)));
-        assert_eq!(o.pop(), Some(decline(1)));
-        assert_eq!(o.pop(), None);
+        assert_eq!(drain(&mut o), vec![(1, status(0, TaskStatus::Running)), (2, decline(0, 1))]);
     }
 
     #[test]
-    fn detach_coalesces_the_queue() {
+    fn unconfirmed_reports_are_sent_again_after_a_broken_stream() {
         let mut o = Outbox::new(16);
         o.attach();
-        o.push(status(0, TaskStatus::Running));
-        o.push(decline(0));
-        o.push(status(0, TaskStatus::Canceled));
-        assert_eq!(o.detach(), 1);
-        assert_eq!(o.len(), 1);
+        for i in 1..=4 {
+            o.push(decline(0, i));
+        }
+        assert_eq!(drain(&mut o).len(), 4);
+        o.confirm(2);
+        assert_eq!(o.len(), 2, "confirmed reports are forgotten");
+        o.push(decline(0, 5));
+        assert_eq!(o.detach(), 2);
         o.attach();
-        assert_eq!(o.pop(), Some(status(0, TaskStatus::Canceled)));
+        let again: Vec<u64> = drain(&mut o).into_iter().map(|(seq, _)| seq).collect();
+        assert_eq!(again, vec![3, 4, 5], "the unconfirmed first, in order, then the new one");
+        o.confirm(5);
+        assert!(o.is_empty());
     }
 
     #[test]
-    fn memory_is_bounded() {
-        let mut o = Outbox::new(2);
+    fn a_confirmation_only_covers_what_it_names() {
+        let mut o = Outbox::new(16);
         o.attach();
-        o.push(decline(0));
-        o.push(decline(1));
-        assert_eq!(o.push(decline(2)), Pushed::Dropped);
-        o.detach();
-        o.push(status(0, TaskStatus::Finished));
-        o.push(status(1, TaskStatus::Running));
-        o.push(status(2, TaskStatus::Running));
+        o.push(decline(0, 1));
+        o.push(decline(0, 2));
+        drain(&mut o);
+        o.confirm(1);
+        o.confirm(0);
+        assert_eq!(o.len(), 1);
+    }
+
+    #[test]
+    fn memory_is_bounded_and_statuses_coalesce_first() {
+        let mut o = Outbox::new(2);
+        o.push(status(0, TaskStatus::Restoring));
+        o.push(decline(1, 1));
+        // Full: the newer status of task 0 replaces its older one.
+        assert_eq!(
+            o.push(status(0, TaskStatus::Running)),
+            Pushed::HeldDropping(Box::new(status(0, TaskStatus::Restoring)))
+        );
+        // Full again: the oldest decline goes.
+        assert_eq!(o.push(status(1, TaskStatus::Running)), Pushed::HeldDropping(Box::new(decline(1, 1))));
         assert_eq!(o.len(), 2);
-        o.push(status(3, TaskStatus::Running));
-        assert_eq!(o.len(), 2);
+        o.attach();
+        let kept: Vec<TaskMessage> = drain(&mut o).into_iter().map(|(_, m)| m).collect();
+        assert_eq!(kept, vec![status(0, TaskStatus::Running), status(1, TaskStatus::Running)]);
     }
 }

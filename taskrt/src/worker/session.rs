@@ -177,6 +177,10 @@ impl Session<'_> {
                     return Ok((msg.term, r));
                 }
                 Some(leader_message::Body::Error(e)) => self.on_error(msg.term, &e),
+                Some(leader_message::Body::Confirmed(c)) => {
+                    let cmd = HostCommand::Confirmed { up_to: c.up_to };
+                    self.host.send(cmd).await.map_err(|_| SessionError::HostGone)?;
+                }
                 other => tracing::warn!(
                     addr = self.addr,
                     term = msg.term,
@@ -286,6 +290,10 @@ impl Session<'_> {
                 );
             }
             Some(leader_message::Body::Error(e)) => self.on_error(msg.term, &e),
+            Some(leader_message::Body::Confirmed(c)) => {
+                let cmd = HostCommand::Confirmed { up_to: c.up_to };
+                self.host.send(cmd).await.map_err(|_| SessionError::HostGone)?;
+            }
             Some(leader_message::Body::DeployJson(json)) => match serde_json::from_slice::<Deployment>(&json)
             {
                 Ok(d) => {
@@ -347,5 +355,6 @@ fn body_kind(body: Option<&leader_message::Body>) -> &'static str {
         Some(leader_message::Body::DeployJson(_)) => "deploy",
         Some(leader_message::Body::CommandJson(_)) => "command",
         Some(leader_message::Body::Error(_)) => "error",
+        Some(leader_message::Body::Confirmed(_)) => "confirmed",
     }
 }

@@ -419,8 +419,8 @@ impl CheckpointCoordinatorCore {
         if self.lifecycle == Lifecycle::Running
             && let Some(decision) = self.failures.on_failure(Some(id), p.kind, reason)
         {
-            tracing::error!(job = %self.config.job, message = %decision.message, "failing the job");
-            out.push(Action::FailJob { reason: decision.reason, message: decision.message });
+            tracing::warn!(job = %self.config.job, message = %decision.message, "failing the job over");
+            out.push(Action::FailOver { reason: decision.reason, message: decision.message });
         }
         if let Origin::Manual(request) = p.origin {
             out.push(Action::AnswerTrigger {

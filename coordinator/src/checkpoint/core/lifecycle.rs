@@ -3,7 +3,7 @@
 //! - A task that fails fails the pending checkpoints it has not acknowledged; a task that stops
 //!   running or finishes aborts them too (they can no longer complete).
 //! - Stopping the scheduler (the job is restarting) and redeploying abort every checkpoint that
-//!   has not reached its commit; a commit in flight is left to Raft.
+//!   has not reached its commit; a commit in flight is left to Raft. The failure count stays.
 //! - Shutdown fails every pending checkpoint with the shutdown reason; with a terminal job
 //!   status, the job's checkpoints are discarded as the retention policy says.
 //! - Suspension (leadership lost) aborts what is in memory and deletes nothing replicated: no
@@ -16,6 +16,7 @@ use cairn_raft::model::JobStatus;
 use super::completion::Discard;
 use super::{CheckpointCoordinatorCore, Lifecycle};
 use crate::checkpoint::actions::{Action, Now};
+use crate::checkpoint::config::discards_on;
 use crate::checkpoint::failure::CheckpointFailureReason;
 use crate::checkpoint::pending::Stage;
 use crate::checkpoint::tasks::{TaskAttemptId, TaskSet, TaskStatus};
@@ -61,7 +62,8 @@ impl CheckpointCoordinatorCore {
         for id in self.pending_where(|p| p.stage != Stage::Committing) {
             self.abort(now, id, CheckpointFailureReason::CheckpointCoordinatorSuspend, None, out);
         }
-        self.failures.reset();
+        // The consecutive-failure count survives a restart: only a completed checkpoint (or
+        // crossing the tolerance, which fails the job over) starts it again.
     }
 
     /// Refuses the queued request and the requests waiting for ids.
@@ -91,7 +93,7 @@ impl CheckpointCoordinatorCore {
             }
         }
         self.hooks.close();
-        if self.config.retention.discards_on(&job_status) {
+        if discards_on(self.config.checkpoint.externalized_retention, &job_status) {
             // The job is terminal in the replicated store, so no further completion can be
             // committed: every checkpoint it has, or may have, goes.
             let checkpoints = self.registry.registered_ids();

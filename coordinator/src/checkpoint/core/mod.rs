@@ -25,6 +25,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use cairn_protocol::checkpoint::{CheckpointLayout, CheckpointMetadata};
 use cairn_raft::model::{CheckpointKind, JobRecord};
+use rand::rngs::StdRng;
+use rand::{RngCore, SeedableRng};
 
 use super::actions::{Action, AllocationToken, CheckpointOptions, Event, Now, TriggerKind};
 use super::config::CoreConfig;
@@ -111,6 +113,9 @@ pub struct CheckpointCoordinatorCore {
     latest_completed: Option<u64>,
     /// Periodic scheduling was paused for a stop-with-savepoint; resumed if it fails.
     paused_for_sync_savepoint: bool,
+    /// Random suffixes of savepoint directories (seeded from the configuration: tests are
+    /// deterministic, leaders of different terms differ).
+    names: StdRng,
 }
 
 impl CheckpointCoordinatorCore {
@@ -129,7 +134,10 @@ impl CheckpointCoordinatorCore {
             next_allocation: 0,
             pending: BTreeMap::new(),
             recent: RecentCheckpoints::new(config.recent_ids),
-            failures: FailureManager::new(cp.tolerable_failures),
+            failures: FailureManager::restore(
+                cp.tolerable_failures,
+                recovered.stats.as_ref().map_or(0, |s| s.consecutive_failures),
+            ),
             stats: CheckpointStatsTracker::restore(
                 config.stats_history,
                 recovered.stats,
@@ -140,6 +148,7 @@ impl CheckpointCoordinatorCore {
             latest_completed,
             registry: recovered.registry,
             paused_for_sync_savepoint: false,
+            names: StdRng::seed_from_u64(config.seed ^ 0x5a5e_d1e5_5a5e_d1e5),
             config,
         })
     }
@@ -159,7 +168,7 @@ impl CheckpointCoordinatorCore {
     }
 
     pub fn stats_summary(&self) -> StatsSummary {
-        self.stats.summary()
+        StatsSummary { consecutive_failures: self.failures.consecutive_failures(), ..self.stats.summary() }
     }
 
     pub fn registry(&self) -> &SharedStateRegistry {
@@ -417,7 +426,8 @@ impl CheckpointCoordinatorCore {
         let kind = request.props.kind;
         let (base_dir, dir, exclusive_dir) = match &request.props.savepoint_parent {
             Some(parent) if request.props.is_forced() => {
-                let dir = CheckpointLayout::savepoint_dir(parent, self.config.job.as_str(), id);
+                let suffix = self.names.next_u64() & 0xffff_ffff_ffff;
+                let dir = CheckpointLayout::savepoint_dir(parent, self.config.job.as_str(), id, suffix);
                 (dir.clone(), dir, String::new())
             }
             _ => (self.layout.job_dir().to_owned(), self.layout.chk_dir(id), CheckpointLayout::chk_rel(id)),

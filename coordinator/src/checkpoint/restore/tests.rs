@@ -111,7 +111,7 @@ fn restoring_savepoint_advances_counter() {
 fn savepoint_restored_by_path_resolves_against_its_directory() {
     let mut m = meta(7, "v", 1, 8, vec![keyed("op", 0..8)]);
     m.kind = "savepoint".into();
-    let p = RestorePoint::from_savepoint_dir(Path::new("/sp/savepoint-j-7"), Ok(m)).unwrap();
+    let p = RestorePoint::from_path(Path::new("/sp/savepoint-j-7"), Ok(m)).unwrap();
     assert_eq!((p.checkpoint_id, p.kind), (7, CheckpointKind::Savepoint));
     let graph = JobGraph {
         vertices: vec![cairn_protocol::graph::Vertex {
@@ -136,4 +136,16 @@ fn savepoint_restored_by_path_resolves_against_its_directory() {
     let a = p.assign(&graph, false).unwrap();
     assert_eq!(a.base_dir, PathBuf::from("/sp/savepoint-j-7"));
     assert_eq!(a.subtasks["v/0"].operators["op"].keyed.len(), 8);
+}
+
+#[test]
+fn a_retained_checkpoint_restored_by_path_resolves_against_its_job_directory() {
+    // Another job's retained checkpoint: `chk-7/...` and `shared/...` are relative to `/cp/a`.
+    let m = meta(7, "v", 1, 8, vec![keyed("op", 0..8)]);
+    let p = RestorePoint::from_path(Path::new("/cp/a/chk-7"), Ok(m.clone())).unwrap();
+    assert_eq!((p.checkpoint_id, p.kind), (7, CheckpointKind::Checkpoint));
+    assert_eq!(p.base_dir, PathBuf::from("/cp/a"));
+    let err = RestorePoint::from_path(Path::new("/cp/a/chk-8"), Ok(m)).unwrap_err();
+    assert!(matches!(err, Error::MetadataMismatch { .. }), "{err}");
+    assert!(err.to_string().contains("chk-7"), "{err}");
 }

@@ -1,5 +1,5 @@
-//! (Re)deploying a job: preparation, leasing a worker, sending the deployment, restarts and
-//! job status changes.
+//! (Re)deploying a job: preparation, leasing a worker, sending the deployment, restarts through
+//! the job's restart strategy, and job status changes.
 
 use super::*;
 
@@ -38,11 +38,10 @@ impl JobDriver {
                 self.request_worker();
             }
             Err(e) => {
-                // Never fall back to an older checkpoint: report loudly and retry.
-                tracing::error!(job = %self.job, error = %e, "cannot prepare the job's deployment; retrying");
-                self.phase = Phase::Restarting;
-                self.restart_at =
-                    Some(Instant::now() + self.options.workers.restart_delay.max(Duration::from_secs(1)));
+                // Never fall back to an older checkpoint: a failure like any other, so the
+                // restart strategy paces the retries and gives up when it says so.
+                tracing::error!(job = %self.job, error = %e, "cannot prepare the job's deployment");
+                self.restart(format!("cannot prepare the deployment: {e}"));
             }
         }
     }
@@ -123,8 +122,9 @@ impl JobDriver {
         self.io.spawn(async move { term.release_worker(job).await });
     }
 
-    /// A task or its worker failed: stop checkpointing, cancel what runs, and redeploy from the
-    /// latest completed checkpoint after the restart delay.
+    /// The job failed (a task, its worker, its preparation, or checkpointing past its
+    /// tolerance): stop checkpointing, cancel what runs, and let the restart strategy decide
+    /// when it is redeployed from its latest completed checkpoint, or whether it fails for good.
     pub(super) fn restart(&mut self, why: String) {
         if matches!(
             self.phase,
@@ -132,7 +132,7 @@ impl JobDriver {
         ) {
             return;
         }
-        tracing::warn!(job = %self.job, reason = %why, "restarting the job from its latest checkpoint");
+        tracing::warn!(job = %self.job, reason = %why, "the job failed; its restart strategy decides what follows");
         self.restarts += 1;
         if self.core.is_some() {
             self.feed(Event::StopScheduler);
@@ -144,8 +144,49 @@ impl JobDriver {
         self.prepared = None;
         self.phase = Phase::Restarting;
         self.generation += 1;
-        self.restart_at = Some(Instant::now() + self.options.workers.restart_delay);
-        self.set_status(JobStatus::Restarting);
+        self.restart_at = None;
+        self.record_failure(why);
+    }
+
+    /// Puts a failure through the restart strategy, in the replicated state (so a new leader
+    /// continues the same backoff); the decision comes back as [`Internal::FailureRecorded`].
+    pub(super) fn record_failure(&mut self, cause: String) {
+        let Some(record) = self.ctx.reader.job(&self.job) else { return };
+        let command = Command::RecordFailure {
+            job: self.job.clone(),
+            at_ms: wall_ms(),
+            cause: cause.clone(),
+            strategy: record.spec.effective_restart_strategy(self.ctx.default_restart_strategy.as_deref()),
+            jitter_permille: rand::Rng::gen_range(&mut rand::thread_rng(), -1000..=1000),
+        };
+        let (ctx, generation) = (self.ctx.clone(), self.generation);
+        self.spawn_internal(async move {
+            let result = propose(&ctx, command).await.map(|(outcome, _)| outcome);
+            Internal::FailureRecorded { generation, cause, result }
+        });
+    }
+
+    pub(super) fn on_failure_recorded(&mut self, cause: String, result: Result<Outcome, NodeError>) {
+        match result {
+            Ok(Outcome::RestartDecided { decision: RestartDecision::Restart { at_ms, delay_ms } }) => {
+                tracing::info!(job = %self.job, delay_ms, cause = %cause, "restart granted by the restart strategy");
+                let wait = Duration::from_millis(at_ms.saturating_sub(wall_ms()));
+                self.restart_at = Some(Instant::now() + wait);
+            }
+            Ok(Outcome::RestartDecided { decision: RestartDecision::GiveUp { reason } }) => {
+                tracing::error!(job = %self.job, reason = %reason, "the restart strategy gave up: the job failed");
+                self.phase = Phase::Failed;
+                // The status is committed with the decision; apply the retention policy.
+                self.feed(Event::Shutdown { job_status: JobStatus::Failed { reason } });
+            }
+            Err(NodeError::Command(CommandError::JobTerminal { status, .. })) => {
+                tracing::info!(job = %self.job, status = %status, "the job ended meanwhile; no restart");
+            }
+            other => {
+                tracing::warn!(job = %self.job, result = ?other, "cannot record the failure; trying again");
+                self.failure_retry = Some((Instant::now() + Duration::from_secs(1), cause));
+            }
+        }
     }
 
     pub(super) fn set_status(&mut self, status: JobStatus) {

@@ -67,13 +67,19 @@ impl JobDriver {
     pub(super) fn record_stats(&mut self) {
         let Some(core) = &self.core else { return };
         let summary = core.stats_summary();
-        if self.recorded_counts == Some(summary.counts)
-            || self.recorded_at.is_some_and(|t| t.elapsed() < STATS_RECORD_INTERVAL)
+        let key = (summary.counts, summary.consecutive_failures);
+        if self.recorded_counts == Some(key) {
+            return;
+        }
+        if let Some(at) = self.recorded_at
+            && at.elapsed() < STATS_RECORD_INTERVAL
         {
+            // Throttled: write it when the interval is over, so the last change is not lost.
+            self.stats_flush_at.get_or_insert(at + STATS_RECORD_INTERVAL);
             return;
         }
         let Ok(stats) = serde_json::to_value(&summary) else { return };
-        self.recorded_counts = Some(summary.counts);
+        self.recorded_counts = Some(key);
         self.recorded_at = Some(Instant::now());
         let ctx = self.ctx.clone();
         let job = self.job.clone();
@@ -103,12 +109,14 @@ impl JobDriver {
         }
         match internal {
             Internal::Core(event) => {
+                let mut claimed = false;
                 if let Event::CheckpointIdAllocated { checkpoint_id, .. } = &event {
                     self.max_allocated = self.max_allocated.max(*checkpoint_id);
                 }
                 match &event {
                     Event::CompletionCommitted { checkpoint_id, .. } => {
-                        tracing::info!(job = %self.job, checkpoint = checkpoint_id, term = self.term.term, "checkpoint completed")
+                        tracing::info!(job = %self.job, checkpoint = checkpoint_id, term = self.term.term, "checkpoint completed");
+                        claimed = true;
                     }
                     Event::MetadataWriteFailed { checkpoint_id, error } => {
                         tracing::warn!(job = %self.job, checkpoint = checkpoint_id, error = %error, "cannot write _metadata")
@@ -125,6 +133,9 @@ impl JobDriver {
                     _ => {}
                 }
                 self.feed(event);
+                if claimed {
+                    self.release_claimed_restore();
+                }
             }
             Internal::Prepared { generation, result } => {
                 if generation == self.generation && self.phase == Phase::Preparing {
@@ -148,6 +159,11 @@ impl JobDriver {
                 }
             }
             Internal::RequestRecorded { request_id, result } => self.request_recorded(&request_id, result),
+            Internal::FailureRecorded { generation, cause, result } => {
+                if generation == self.generation && self.phase == Phase::Restarting {
+                    self.on_failure_recorded(cause, result);
+                }
+            }
             Internal::StatusCommitted { status, result } => match result {
                 Ok(()) => {
                     if status.is_terminal() {
@@ -254,7 +270,9 @@ impl JobDriver {
                     let _ = tokio::task::spawn_blocking(move || remove_paths(&[], &files)).await;
                 });
             }
-            Action::FailJob { reason, message } => self.fail_job(reason, message),
+            Action::FailOver { reason, message } => {
+                self.restart(format!("{}: {message}", reason.description()))
+            }
             Action::TriggerAccepted { request, checkpoint_id } => {
                 tracing::info!(job = %self.job, request = request.0, checkpoint = checkpoint_id, "trigger accepted");
                 self.trigger_accepted(request, checkpoint_id);

@@ -24,8 +24,10 @@
 //! | `operator` | operator requests: triggers answered when started, cancel, configuration changes |
 //! | `export` | publishing the job's checkpoint figures to the replica's metrics |
 //! | `prepare` | reading the restore point and allocating an attempt |
+//! | `claim` | taking over (and removing) the snapshot a `claim`-mode job restored from |
 //! | [`tasks`] | the graph's subtasks and the attempt-id mapping |
 
+mod claim;
 mod deploy;
 mod effects;
 mod export;
@@ -47,7 +49,8 @@ use cairn_protocol::messages::{
     CheckpointOptions as TaskCheckpointOptions, DeclineReason, Deployment, TaskCommand, TaskMessage,
     TaskStatus as RtTaskStatus, ToTask,
 };
-use cairn_raft::model::{Command, JobId, JobStatus, Outcome};
+use cairn_protocol::restart::RestartDecision;
+use cairn_raft::model::{Command, CommandError, JobId, JobStatus, Outcome};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -138,6 +141,12 @@ pub(crate) enum Internal {
         request_id: String,
         result: StartedReply,
     },
+    /// A failure went through the restart strategy (`RecordFailure` committed, or not).
+    FailureRecorded {
+        generation: u64,
+        cause: String,
+        result: Result<Outcome, NodeError>,
+    },
 }
 
 /// Handle of a job driver.
@@ -219,6 +228,12 @@ pub(crate) struct JobDriver {
     trigger_timer: Option<(Instant, TimerToken)>,
     timeouts: BTreeMap<u64, Instant>,
     restart_at: Option<Instant>,
+    /// A failure whose recording through Raft failed, and when to try again.
+    failure_retry: Option<(Instant, String)>,
+    /// When the statistics summary, changed but not yet recorded (throttled), is written.
+    stats_flush_at: Option<Instant>,
+    /// This term already took over the snapshot a `claim`-mode restore came from.
+    claim_released: bool,
     /// Ignores results of superseded preparations.
     generation: u64,
     requests: BTreeMap<RequestId, oneshot::Sender<TriggerReply>>,
@@ -232,8 +247,9 @@ pub(crate) struct JobDriver {
     /// (checkpoint, attempt) acknowledged recently: tells duplicates apart.
     acked: BTreeSet<(u64, TaskAttemptId)>,
     restarts: u64,
-    /// Counts last recorded through Raft, and when (statistics survive a leader change).
-    recorded_counts: Option<crate::checkpoint::stats::CheckpointCounts>,
+    /// Counts (and consecutive failures) last recorded through Raft, and when (statistics
+    /// survive a leader change).
+    recorded_counts: Option<(crate::checkpoint::stats::CheckpointCounts, u32)>,
     recorded_at: Option<Instant>,
     io: JoinSet<()>,
     /// The job's series on `/metrics`; dropping the driver removes them.
@@ -281,6 +297,9 @@ impl JobDriver {
             trigger_timer: None,
             timeouts: BTreeMap::new(),
             restart_at: None,
+            failure_retry: None,
+            stats_flush_at: None,
+            claim_released: false,
             generation: 0,
             requests: BTreeMap::new(),
             started: BTreeMap::new(),
@@ -338,10 +357,22 @@ impl JobDriver {
             }
         }
         // Only a running job has tasks to re-attach; one that never ran, or was restarting
-        // under the previous leader, is (re)deployed at once.
+        // under the previous leader, is (re)deployed: at once, or when the backoff its restart
+        // strategy granted (replicated with the job) is over.
         if self.phase == Phase::AwaitReattach && (record.attempts == 0 || record.status != JobStatus::Running)
         {
             self.phase = Phase::Preparing;
+        }
+        if self.phase == Phase::Preparing
+            && record.status == JobStatus::Restarting
+            && let Some(at_ms) = record.restart.next_restart_ms
+            && at_ms > wall_ms()
+        {
+            let wait = Duration::from_millis(at_ms - wall_ms());
+            tracing::info!(job = %self.job, wait = ?wait, "continuing the restart backoff of the previous leader");
+            self.phase = Phase::Restarting;
+            self.restart_at = Some(Instant::now() + wait);
+            return;
         }
         if self.phase == Phase::Preparing {
             self.begin_prepare();
@@ -349,10 +380,16 @@ impl JobDriver {
     }
 
     fn next_deadline(&self) -> Option<Instant> {
-        [self.trigger_timer.map(|(at, _)| at), self.timeouts.values().min().copied(), self.restart_at]
-            .into_iter()
-            .flatten()
-            .min()
+        [
+            self.trigger_timer.map(|(at, _)| at),
+            self.timeouts.values().min().copied(),
+            self.restart_at,
+            self.failure_retry.as_ref().map(|(at, _)| *at),
+            self.stats_flush_at,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     fn on_deadline(&mut self) {
@@ -378,6 +415,15 @@ impl JobDriver {
             } else if self.phase == Phase::Restarting {
                 self.begin_prepare();
             }
+        }
+        if self.failure_retry.as_ref().is_some_and(|(at, _)| *at <= t)
+            && let Some((_, cause)) = self.failure_retry.take()
+        {
+            self.record_failure(cause);
+        }
+        if self.stats_flush_at.is_some_and(|at| at <= t) {
+            self.stats_flush_at = None;
+            self.record_stats();
         }
     }
 

@@ -90,7 +90,7 @@ pub async fn prepare(ctx: ReplicaContext, job: JobId) -> Result<Prepared, String
                 let path = dir.join(METADATA_FILE);
                 let read = blocking(move || read_metadata_unverified(&path)).await?;
                 Some(
-                    RestorePoint::from_savepoint_dir(&dir, read)
+                    RestorePoint::from_path(&dir, read)
                         .map_err(|e| format!("cannot restore job `{job}`: {e}"))?,
                 )
             }
@@ -112,7 +112,7 @@ pub async fn prepare(ctx: ReplicaContext, job: JobId) -> Result<Prepared, String
         }
         let from_latest = choose_restore_point(&record).is_some();
         restore = Some(assignment);
-        let external = (!from_latest).then(|| point.base_dir.display().to_string());
+        let external = if from_latest { None } else { record.spec.restore_from.clone() };
         restored = Some((point.checkpoint_id, external));
     }
     let attempt = match propose(&ctx, Command::BeginAttempt { job: job.clone() }).await {
@@ -141,9 +141,21 @@ pub fn remove_paths(dirs: &[PathBuf], files: &[PathBuf]) {
 }
 
 fn remove_dir(d: &Path) {
-    if let Err(e) = std::fs::remove_dir_all(d)
-        && e.kind() != std::io::ErrorKind::NotFound
-    {
-        tracing::warn!(path = %d.display(), error = %e, "cannot delete a discarded checkpoint directory");
+    // A task whose asynchronous part is still writing into the directory of a checkpoint that
+    // was just aborted may add files while it is being removed: try again shortly (the task
+    // declines once it finds the directory gone, and removes what it wrote).
+    const ATTEMPTS: u32 = 5;
+    for attempt in 1..=ATTEMPTS {
+        match std::fs::remove_dir_all(d) {
+            Ok(()) => return,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
+            Err(e) if e.kind() == std::io::ErrorKind::DirectoryNotEmpty && attempt < ATTEMPTS => {
+                std::thread::sleep(std::time::Duration::from_millis(100 * u64::from(attempt)));
+            }
+            Err(e) => {
+                tracing::warn!(path = %d.display(), error = %e, "cannot delete a discarded checkpoint directory");
+                return;
+            }
+        }
     }
 }

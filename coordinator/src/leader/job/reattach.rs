@@ -65,15 +65,11 @@ impl JobDriver {
         self.runtime_lease(&lease);
         tracing::info!(job = %self.job, attempt, worker = %lease.worker_id, term = self.term.term,
             "all tasks re-attached: continuing without restart");
-        // Pending checkpoints of the old leader will never complete: abort them on the tasks. The
-        // latest completed one may not have been notified: notify it again (idempotent).
-        let latest = record.latest_completed().map(|c| c.id).unwrap_or(0);
-        let first_open = latest + 1;
-        let last_allocated = record.next_checkpoint_id.saturating_sub(1);
-        for id in first_open.max(last_allocated.saturating_sub(63))..=last_allocated {
+        let (aborted, notified) = notifications_after_reattach(&record);
+        for id in aborted {
             self.command(&lease, attempt, Vec::new(), ToTask::NotifyCheckpointAborted { checkpoint_id: id });
         }
-        if latest > 0 {
+        if let Some(latest) = notified {
             self.command(
                 &lease,
                 attempt,
@@ -109,5 +105,70 @@ impl JobDriver {
         let slots = self.tasks.len() as u32;
         let worker = lease.worker_id.clone();
         self.io.spawn(async move { term.adopt_lease(job, worker, slots).await });
+    }
+}
+
+/// What tasks that re-attached to a new leader are told about the old leader's checkpoints:
+/// the ids it allocated but never committed are aborted (they will never complete); the latest
+/// committed snapshot, a checkpoint or a newer savepoint (a stop-with-savepoint whose tasks wait
+/// for it), is notified complete again, since the old leader may have committed it without
+/// telling anyone (notifications are idempotent). Nothing committed is ever aborted.
+fn notifications_after_reattach(record: &cairn_raft::model::JobRecord) -> (Vec<u64>, Option<u64>) {
+    let committed: BTreeSet<u64> = record
+        .completed
+        .iter()
+        .map(|c| c.id)
+        .chain(record.savepoints.iter().map(|s| s.checkpoint.id))
+        .collect();
+    let latest_checkpoint = record.latest_completed().map_or(0, |c| c.id);
+    let last_allocated = record.next_checkpoint_id.saturating_sub(1);
+    // Only the most recent ids can still be pending on a task (at most max_concurrent of them).
+    let first_open = (latest_checkpoint + 1).max(last_allocated.saturating_sub(63));
+    let aborted = (first_open..=last_allocated).filter(|id| !committed.contains(id)).collect();
+    (aborted, record.restore_point().map(|c| c.id))
+}
+
+#[cfg(test)]
+mod tests {
+    use cairn_raft::model::{
+        CheckpointKind, CompletedCheckpoint, JobId, JobRecord, JobSpec, SavepointRecord,
+    };
+
+    use super::notifications_after_reattach;
+
+    fn snapshot(id: u64, kind: CheckpointKind) -> CompletedCheckpoint {
+        CompletedCheckpoint {
+            id,
+            kind,
+            trigger_time_ms: 1,
+            completion_time_ms: 2,
+            metadata_path: format!("/x/{id}/_metadata"),
+            metadata_size: 1,
+            metadata_crc32: 1,
+            state_size: 0,
+        }
+    }
+
+    #[test]
+    fn a_committed_stop_with_savepoint_is_notified_not_aborted() {
+        let mut job = JobRecord::new(JobId::new("j").unwrap(), "j".into(), JobSpec::default());
+        job.completed.push(snapshot(5, CheckpointKind::Checkpoint));
+        job.savepoints.push(SavepointRecord {
+            checkpoint: snapshot(7, CheckpointKind::SyncSavepoint),
+            path: "/sp/savepoint-j-7-000000000001".into(),
+        });
+        job.next_checkpoint_id = 9;
+        let (aborted, notified) = notifications_after_reattach(&job);
+        assert_eq!(aborted, vec![6, 8], "uncommitted ids are aborted, the committed savepoint is not");
+        assert_eq!(notified, Some(7), "the stop-with-savepoint completes");
+    }
+
+    #[test]
+    fn without_snapshots_only_allocated_ids_are_aborted() {
+        let mut job = JobRecord::new(JobId::new("j").unwrap(), "j".into(), JobSpec::default());
+        job.next_checkpoint_id = 3;
+        assert_eq!(notifications_after_reattach(&job), (vec![1, 2], None));
+        job.completed.push(snapshot(2, CheckpointKind::Checkpoint));
+        assert_eq!(notifications_after_reattach(&job), (vec![], Some(2)));
     }
 }

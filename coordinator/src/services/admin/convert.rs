@@ -3,7 +3,9 @@
 use std::time::Duration;
 
 use cairn_proto::admin as pb;
-use cairn_raft::model::{CheckpointConfig, CheckpointKind, JobRecord};
+use cairn_protocol::job::RestoreMode;
+use cairn_protocol::restart::RestartStrategy;
+use cairn_raft::model::{CheckpointConfig, CheckpointKind, JobRecord, JobStatus};
 
 use crate::checkpoint::stats::{CheckpointStats, CheckpointStatus};
 use crate::checkpoint::{JobCheckpointStats, StatsSummary};
@@ -38,6 +40,32 @@ pub fn checkpoint_config(c: &CheckpointConfig) -> pb::CheckpointConfig {
         retained: c.retained,
         savepoint_dir: c.savepoint_dir.clone().unwrap_or_default(),
         checkpoint_dir: c.storage_dir.clone().unwrap_or_default(),
+        externalized_retention: enum_name(&c.externalized_retention),
+    }
+}
+
+/// The serde (snake_case) name of a unit enum value, as the JSON configuration writes it.
+fn enum_name<T: serde::Serialize>(v: &T) -> String {
+    serde_json::to_value(v).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default()
+}
+
+pub fn restore_mode_name(mode: RestoreMode) -> &'static str {
+    match mode {
+        RestoreMode::NoClaim => "no_claim",
+        RestoreMode::Claim => "claim",
+    }
+}
+
+/// The restart strategy in effect and what it remembers of the job's failures.
+pub fn restart_status(job: &JobRecord, strategy: &RestartStrategy) -> pb::RestartStatus {
+    let r = &job.restart;
+    pb::RestartStatus {
+        strategy_json: serde_json::to_string(strategy).unwrap_or_default(),
+        failures: r.failures,
+        restarts: r.restarts,
+        last_failure_time_ms: r.last_failure.as_ref().map_or(0, |f| f.at_ms),
+        last_failure_cause: r.last_failure.as_ref().map(|f| f.cause.clone()).unwrap_or_default(),
+        next_restart_time_ms: r.next_restart_ms.filter(|_| job.status == JobStatus::Restarting),
     }
 }
 
@@ -48,13 +76,17 @@ pub fn job_summary(job: &JobRecord) -> pb::JobSummary {
         name: job.name.clone(),
         status: job.status.name().to_owned(),
         status_reason: match &job.status {
-            cairn_raft::model::JobStatus::Failed { reason } => reason.clone(),
+            JobStatus::Failed { reason } => reason.clone(),
+            JobStatus::Restarting => {
+                job.restart.last_failure.as_ref().map(|f| f.cause.clone()).unwrap_or_default()
+            }
             _ => String::new(),
         },
         completed_checkpoints: job.num_completed,
         latest_checkpoint_id: latest.map_or(0, |c| c.id),
         latest_checkpoint_time_ms: latest.map_or(0, |c| c.completion_time_ms),
         attempts: job.attempts,
+        restarts: job.restart.restarts,
     }
 }
 

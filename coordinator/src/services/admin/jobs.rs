@@ -2,6 +2,7 @@
 //! leader's live view, cancel, and checkpoint configuration changes applied at once.
 
 use cairn_proto::admin as pb;
+use cairn_protocol::job::RestoreMode;
 use cairn_raft::model::{
     CheckpointConfig, Command, CommandError, JobId, JobRecord, JobSpec, JobStatus, Outcome,
 };
@@ -12,6 +13,18 @@ use crate::error::NodeError;
 use crate::leader::JobView;
 use crate::replica::{linearizable, propose};
 use crate::services::store::{MAX_NAME_LEN, MAX_SPEC_BYTES, check_spec, parse_job_id};
+
+/// The live job (not terminal) whose retained checkpoints include the directory `dir`, if any:
+/// a `claim` restore would take files that job still needs.
+fn claimed_from_live_job(jobs: &[JobRecord], dir: &str) -> Option<JobId> {
+    let dir = std::path::Path::new(dir);
+    jobs.iter().filter(|j| !j.status.is_terminal()).find_map(|j| {
+        j.completed
+            .iter()
+            .any(|c| std::path::Path::new(&c.metadata_path).parent() == Some(dir))
+            .then(|| j.id.clone())
+    })
+}
 
 fn parse_checkpoint(raw: &str) -> Result<CheckpointConfig, NodeError> {
     if raw.trim().is_empty() {
@@ -82,13 +95,44 @@ impl AdminService {
                 req.restore_from
             )));
         }
+        let restore_mode = match req.restore_mode.trim() {
+            "" | "no_claim" => RestoreMode::NoClaim,
+            "claim" => RestoreMode::Claim,
+            other => {
+                return Err(NodeError::InvalidArgument(format!(
+                    "restore_mode {other:?} is not a restore mode; use no_claim (the default) or claim"
+                )));
+            }
+        };
+        let restart_strategy = if req.restart_strategy_json.trim().is_empty() {
+            None
+        } else {
+            Some(serde_json::from_str(&req.restart_strategy_json).map_err(|e| {
+                NodeError::InvalidArgument(format!(
+                    "restart_strategy_json: {e} (e.g. {{\"type\": \"fixed-delay\", \"attempts\": 3, \"delay\": \"10s\"}})"
+                ))
+            })?)
+        };
         let spec = JobSpec {
             graph,
             checkpoint: parse_checkpoint(&req.checkpoint_json)?,
             restore_from,
             allow_non_restored_state: req.allow_non_restored_state,
+            restore_mode,
+            restart_strategy,
         };
         check_spec(&spec, "")?;
+        if spec.restore_mode == RestoreMode::Claim
+            && let Some(from) = &spec.restore_from
+        {
+            linearizable(&self.ctx).await?;
+            if let Some(owner) = claimed_from_live_job(&self.ctx.reader.jobs(), from) {
+                return Err(NodeError::FailedPrecondition(format!(
+                    "restore_mode claim: {from} is a retained checkpoint of job `{owner}`, which is still live; \
+                     use no_claim, or stop or cancel `{owner}` first"
+                )));
+            }
+        }
         let canonical = serde_json::to_vec(&spec).map_err(|e| NodeError::Internal(e.to_string()))?;
         let key = RequestKey::parse(
             &req.request_id,
@@ -153,6 +197,11 @@ impl AdminService {
                 .collect(),
             pending_checkpoints: view.map(|v| v.pending_checkpoints).unwrap_or_default(),
             next_checkpoint_id: record.next_checkpoint_id,
+            restore_mode: convert::restore_mode_name(record.spec.restore_mode).to_owned(),
+            restart: Some(convert::restart_status(
+                &record,
+                &record.spec.effective_restart_strategy(self.ctx.default_restart_strategy.as_deref()),
+            )),
         })
     }
 

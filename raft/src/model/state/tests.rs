@@ -2,6 +2,7 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::model::{CheckpointConfig, CommandResponse, JobSpec, SavepointRecord};
+use cairn_protocol::restart::RestartStrategy;
 
 fn jid(s: &str) -> JobId {
     JobId::new(s).unwrap()
@@ -337,4 +338,94 @@ fn recorded_requests_map_an_id_to_an_outcome() {
         Ok(Outcome::Repeated { first: Box::new(Outcome::CheckpointId { id: 5 }) })
     );
     assert!(matches!(sm.apply(&rec(2, 5)), Err(CommandError::RequestIdReused { .. })));
+}
+
+fn record_failure(sm: &mut StateMachineData, job: &str, at_ms: u64, strategy: RestartStrategy) -> Outcome {
+    sm.apply(&Command::RecordFailure {
+        job: jid(job),
+        at_ms,
+        cause: "task failed".into(),
+        strategy,
+        jitter_permille: 0,
+    })
+    .unwrap()
+}
+
+#[test]
+fn a_failure_restarts_per_strategy_and_the_state_is_replicated() {
+    let mut sm = StateMachineData::default();
+    register(&mut sm, "a", 1);
+    sm.apply(&Command::SetJobStatus { job: jid("a"), status: JobStatus::Running }).unwrap();
+    let fixed = RestartStrategy::fixed_delay(1, std::time::Duration::from_secs(2));
+    let out = record_failure(&mut sm, "a", 1_000, fixed.clone());
+    assert_eq!(
+        out,
+        Outcome::RestartDecided { decision: RestartDecision::Restart { at_ms: 3_000, delay_ms: 2_000 } }
+    );
+    let job = sm.job(&jid("a")).unwrap();
+    assert_eq!(job.status, JobStatus::Restarting);
+    assert_eq!(job.restart.next_restart_ms, Some(3_000));
+    assert_eq!(job.restart.last_failure.as_ref().map(|f| f.cause.as_str()), Some("task failed"));
+    // The same command on another replica decides the same (the state is part of the record).
+    let mut replica = sm.clone();
+    let again = record_failure(&mut sm, "a", 5_000, fixed.clone());
+    assert_eq!(again, record_failure(&mut replica, "a", 5_000, fixed.clone()));
+    let reason = match again {
+        Outcome::RestartDecided { decision: RestartDecision::GiveUp { reason } } => reason,
+        other => panic!("fixed-delay with one attempt must give up at the second failure: {other:?}"),
+    };
+    assert!(matches!(&sm.job(&jid("a")).unwrap().status, JobStatus::Failed { reason: r } if *r == reason));
+    // A failed job records no more failures.
+    let err = sm
+        .apply(&Command::RecordFailure {
+            job: jid("a"),
+            at_ms: 9_000,
+            cause: "late".into(),
+            strategy: fixed,
+            jitter_permille: 0,
+        })
+        .unwrap_err();
+    assert!(matches!(err, CommandError::JobTerminal { .. }), "{err}");
+}
+
+#[test]
+fn an_invalid_strategy_is_refused_and_changes_nothing() {
+    let mut sm = StateMachineData::default();
+    register(&mut sm, "a", 1);
+    let bad = RestartStrategy::FailureRate {
+        max_failures_per_interval: 0,
+        failure_rate_interval: std::time::Duration::from_secs(1),
+        delay: std::time::Duration::ZERO,
+    };
+    let before = sm.clone();
+    let err = sm
+        .apply(&Command::RecordFailure {
+            job: jid("a"),
+            at_ms: 1,
+            cause: "x".into(),
+            strategy: bad,
+            jitter_permille: 0,
+        })
+        .unwrap_err();
+    assert!(matches!(err, CommandError::InvalidRestartStrategy(_)), "{err}");
+    assert_eq!(sm, before);
+}
+
+#[test]
+fn a_retained_checkpoint_of_an_ended_job_can_be_released_once() {
+    let mut sm = StateMachineData::default();
+    register(&mut sm, "a", 2);
+    for _ in 0..2 {
+        let id = allocate(&mut sm, "a");
+        add(&mut sm, "a", id).unwrap();
+    }
+    let release = Command::ReleaseRetainedCheckpoint { job: jid("a"), checkpoint_id: 1 };
+    assert!(
+        matches!(sm.apply(&release), Err(CommandError::JobNotTerminal { .. })),
+        "a live job keeps its own"
+    );
+    sm.apply(&Command::SetJobStatus { job: jid("a"), status: JobStatus::Canceled }).unwrap();
+    assert_eq!(sm.apply(&release).unwrap(), Outcome::Subsumed { checkpoints: vec![cp(1)] });
+    assert!(matches!(sm.apply(&release), Err(CommandError::UnknownCheckpoint { id: 1, .. })));
+    assert_eq!(sm.job(&jid("a")).unwrap().completed, vec![cp(2)]);
 }

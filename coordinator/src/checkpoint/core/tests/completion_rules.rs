@@ -218,18 +218,14 @@ fn savepoint_commit_registers_savepoint() {
     let acts = h.write_metadata(1);
     assert_eq!(acts.len(), 1);
     let Command::RegisterSavepoint { savepoint, .. } = h.proposal(1) else { panic!() };
-    assert_eq!(savepoint.path, "/sp/savepoint-job-1-1");
-    assert_eq!(savepoint.checkpoint.metadata_path, "/sp/savepoint-job-1-1/_metadata");
+    let dir = savepoint_dir("/sp", 1, std::path::Path::new(&savepoint.path));
+    assert_eq!(savepoint.checkpoint.metadata_path, format!("{}/_metadata", dir.display()));
     assert_eq!(savepoint.checkpoint.kind, CheckpointKind::Savepoint);
     let acts = h.commit(1);
     assert_eq!(notified_complete(&acts), vec![1]);
     assert_eq!(
         answer(&acts, request),
-        Some(Ok(TriggerSuccess {
-            checkpoint_id: 1,
-            kind: CheckpointKind::Savepoint,
-            location: PathBuf::from("/sp/savepoint-job-1-1")
-        }))
+        Some(Ok(TriggerSuccess { checkpoint_id: 1, kind: CheckpointKind::Savepoint, location: dir }))
     );
     assert_eq!(h.sm.job(&job()).unwrap().savepoints.len(), 1);
     assert!(h.core.registry().registered_ids().is_empty(), "savepoints are not in the registry");
@@ -242,7 +238,11 @@ fn failed_savepoint_discards_its_directory() {
     let id = h.savepoint(Some("/sp"), false);
     let reason = CheckpointFailureReason::CheckpointDeclined;
     let acts = h.handle(Event::TaskDeclined { attempt: A1, checkpoint_id: id, reason, detail: None });
-    assert_eq!(discards(&acts), vec![(id, vec![PathBuf::from("/sp/savepoint-job-1-1")], vec![])]);
+    let found = discards(&acts);
+    assert_eq!(found.len(), 1, "{found:?}");
+    let (discarded, dirs, files) = &found[0];
+    assert_eq!((*discarded, dirs.len(), files.len()), (id, 1, 0));
+    savepoint_dir("/sp", id, &dirs[0]);
     assert_eq!(h.core.consecutive_failures(), 0, "savepoint failures do not count");
 }
 
@@ -253,9 +253,9 @@ fn tolerable_failures_exceeded_fails_job() {
         let id = h.checkpoint();
         h.advance(CheckpointConfig::default().timeout);
         let acts = h.handle(Event::CheckpointTimeout { checkpoint_id: id });
-        let failed = acts
-            .iter()
-            .any(|a| matches!(a, Action::FailJob { reason: CheckpointFailureReason::CheckpointExpired, .. }));
+        let failed = acts.iter().any(|a| {
+            matches!(a, Action::FailOver { reason: CheckpointFailureReason::CheckpointExpired, .. })
+        });
         assert_eq!(failed, round == 1, "round {round}: {acts:?}");
     }
 }

@@ -1,5 +1,6 @@
 //! Stop, redeploy, shutdown and suspension.
 
+use cairn_protocol::config::ExternalizedRetention;
 use cairn_raft::model::{CheckpointConfig, JobStatus};
 
 use super::*;
@@ -98,6 +99,7 @@ fn suspension_deletes_nothing_replicated() {
 #[test]
 fn terminal_job_discards_checkpoints_per_retention_policy() {
     let mut h = Harness::new(CheckpointConfig { retained: 2, ..Default::default() });
+    // Cairn's default keeps a failed job's checkpoints and deletes a canceled job's.
     for _ in 0..2 {
         let id = h.checkpoint();
         h.complete(id);
@@ -117,12 +119,40 @@ fn terminal_job_discards_checkpoints_per_retention_policy() {
 
 #[test]
 fn retain_on_failure_keeps_checkpoints_of_failed_job() {
-    let mut config = CoreConfig::new(job(), CheckpointConfig::default(), ROOT);
-    config.retention = RetentionPolicy::RetainOnFailure;
-    let mut h = Harness::with(config);
+    let cfg = CheckpointConfig {
+        externalized_retention: ExternalizedRetention::DeleteOnCancellation,
+        ..Default::default()
+    };
+    let mut h = Harness::with(CoreConfig::new(job(), cfg, ROOT));
     let id = h.checkpoint();
     h.complete(id);
     let acts = h.handle(Event::Shutdown { job_status: JobStatus::Failed { reason: "boom".into() } });
+    assert!(!any_discard(&acts), "{acts:?}");
+}
+
+#[test]
+fn no_externalized_discards_even_a_failed_jobs_checkpoints() {
+    let cfg = CheckpointConfig {
+        externalized_retention: ExternalizedRetention::NoExternalized,
+        ..Default::default()
+    };
+    let mut h = Harness::with(CoreConfig::new(job(), cfg, ROOT));
+    let id = h.checkpoint();
+    h.complete(id);
+    let acts = h.handle(Event::Shutdown { job_status: JobStatus::Failed { reason: "boom".into() } });
+    assert!(any_discard(&acts), "{acts:?}");
+}
+
+#[test]
+fn retain_on_cancellation_keeps_a_canceled_jobs_checkpoints() {
+    let cfg = CheckpointConfig {
+        externalized_retention: ExternalizedRetention::RetainOnCancellation,
+        ..Default::default()
+    };
+    let mut h = Harness::with(CoreConfig::new(job(), cfg, ROOT));
+    let id = h.checkpoint();
+    h.complete(id);
+    let acts = h.handle(Event::Shutdown { job_status: JobStatus::Canceled });
     assert!(!any_discard(&acts), "{acts:?}");
 }
 

@@ -314,3 +314,13 @@ pub(crate) fn chk_dir(id: u64) -> PathBuf {
 pub(crate) fn job_path(rel: &str) -> PathBuf {
     PathBuf::from(format!("{ROOT}/{JOB}/{rel}"))
 }
+
+/// Checks that `dir` is a directory of savepoint `id` of the test job under `parent`
+/// (`savepoint-<job>-<id>-<12 hex digits>`), and returns it.
+pub(crate) fn savepoint_dir(parent: &str, id: u64, dir: &std::path::Path) -> std::path::PathBuf {
+    assert_eq!(dir.parent(), Some(std::path::Path::new(parent)), "{}", dir.display());
+    let name = dir.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+    let suffix = name.strip_prefix(&format!("savepoint-{}-{id}-", job())).unwrap_or_else(|| panic!("{name}"));
+    assert!(suffix.len() == 12 && suffix.chars().all(|c| c.is_ascii_hexdigit()), "{name}");
+    dir.to_owned()
+}

@@ -255,12 +255,13 @@ fn savepoint_goes_to_given_or_default_directory() {
     let kind = TriggerKind::Savepoint { target_dir: None, sync: false, drain: false };
     let (_, acts) = h.request(kind);
     let (_, options, _) = triggered(&h.allocate(&acts)).unwrap();
-    assert_eq!(options.base_dir, PathBuf::from("/default-sp/savepoint-job-1-1"));
+    let first = savepoint_dir("/default-sp", 1, &options.base_dir);
     assert_eq!(options.exclusive_dir, "");
     let kind = TriggerKind::Savepoint { target_dir: Some("/mine".into()), sync: false, drain: false };
     let (_, acts) = h.request(kind);
     let (_, options, _) = triggered(&h.allocate(&acts)).unwrap();
-    assert_eq!(options.base_dir, PathBuf::from("/mine/savepoint-job-1-2"));
+    savepoint_dir("/mine", 2, &options.base_dir);
+    assert_ne!(first.file_name(), options.base_dir.file_name());
 }
 
 #[test]

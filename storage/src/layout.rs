@@ -15,10 +15,13 @@
 //! The snapshot bytes are themselves JSON: `{ version, last_applied, last_membership, data }`
 //! where `data` is the whole `StateMachineData`.
 
+use std::sync::Arc;
+
 use cairn_raft::types::StorageError;
 use openraft::{AnyError, StorageIOError};
 
 use crate::codec;
+use crate::durable::{DurableFiles, SyncError};
 
 /// Raft log entries.
 pub const LOG_TREE: &str = "raft_log";
@@ -69,10 +72,23 @@ pub(crate) struct Trees {
     pub jobs: sled::Tree,
     pub sm_meta: sled::Tree,
     pub snapshot: sled::Tree,
+    /// What must be fsynced after a flush (sled's flush alone is not durable).
+    pub durable: Arc<DurableFiles>,
+}
+
+/// Why [`Trees::flush_durably`] failed.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum FlushError {
+    #[error("sled flush failed: {0}")]
+    Sled(#[from] sled::Error),
+    #[error(transparent)]
+    Sync(#[from] SyncError),
+    #[error("the fsync task did not complete: {0}")]
+    Task(#[from] tokio::task::JoinError),
 }
 
 impl Trees {
-    pub fn open(db: sled::Db) -> Result<Self, sled::Error> {
+    pub fn open(db: sled::Db, durable: DurableFiles) -> Result<Self, sled::Error> {
         Ok(Self {
             log: db.open_tree(LOG_TREE)?,
             raft_meta: db.open_tree(RAFT_META_TREE)?,
@@ -80,7 +96,18 @@ impl Trees {
             sm_meta: db.open_tree(SM_META_TREE)?,
             snapshot: db.open_tree(SNAPSHOT_TREE)?,
             db,
+            durable: Arc::new(durable),
         })
+    }
+
+    /// Flushes every write made so far and makes it durable: sled's flush, then the fsyncs
+    /// sled leaves out (see [`crate::durable`]). Call before acknowledging anything written.
+    pub async fn flush_durably(&self) -> Result<(), FlushError> {
+        self.db.flush_async().await?;
+        let ticket = self.durable.ticket();
+        let durable = Arc::clone(&self.durable);
+        tokio::task::spawn_blocking(move || durable.sync(ticket)).await??;
+        Ok(())
     }
 }
 

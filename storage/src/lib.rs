@@ -24,6 +24,7 @@
 #![allow(clippy::result_large_err, reason = "StorageError is the error type openraft's traits require")]
 
 mod codec;
+mod durable;
 pub mod layout;
 mod log_store;
 mod state_machine;
@@ -32,6 +33,7 @@ use std::path::{Path, PathBuf};
 
 use cairn_raft::types::StorageError;
 
+pub use durable::SyncError;
 pub use log_store::LogStore;
 pub use state_machine::{SnapshotBuilder, StateMachineStore, StateReader};
 
@@ -44,8 +46,8 @@ pub struct StorageOptions {
     pub cache_capacity: u64,
     /// Interval of sled's background flush, in milliseconds; `None` disables it. Writes that
     /// Raft requires to be durable (vote, appended entries, applied state, snapshots,
-    /// truncation, purge) are flushed explicitly before they are acknowledged; the background
-    /// flush only bounds how stale the optionally persisted committed log id can get.
+    /// truncation, purge) are flushed and fsynced explicitly before they are acknowledged; the
+    /// background flush only bounds how stale the optionally persisted committed log id can get.
     pub flush_every_ms: Option<u64>,
     /// Use sled's `LowSpace` mode (favor disk space over write throughput). What keeps the
     /// directory bounded is purging the log behind snapshots: sled then reuses its 512 KiB
@@ -91,6 +93,10 @@ pub enum OpenError {
         path.display()
     )]
     DataLost { path: PathBuf },
+    /// The database files or directory could not be fsynced (sled's own flush is not durable
+    /// without it).
+    #[error(transparent)]
+    Sync { source: durable::SyncError },
     /// The initialization marker could not be checked or written.
     #[error("cannot access the storage marker {}: {source}", path.display())]
     Marker {
@@ -125,7 +131,8 @@ pub fn open(dir: &Path) -> Result<(LogStore, StateMachineStore), OpenError> {
 /// ids, the last log entry and the current snapshot's metadata, so that a corrupt record stops
 /// the node here rather than being mistaken for an empty one later.
 pub fn open_with(dir: &Path, options: &StorageOptions) -> Result<(LogStore, StateMachineStore), OpenError> {
-    std::fs::create_dir_all(dir).map_err(|source| OpenError::CreateDir { path: dir.to_owned(), source })?;
+    durable::create_dir_all_durably(dir)
+        .map_err(|e| OpenError::CreateDir { path: dir.to_owned(), source: e.source })?;
     let mode = if options.low_space { sled::Mode::LowSpace } else { sled::Mode::HighThroughput };
     let db = sled::Config::new()
         .path(dir)
@@ -134,7 +141,9 @@ pub fn open_with(dir: &Path, options: &StorageOptions) -> Result<(LogStore, Stat
         .mode(mode)
         .open()
         .map_err(|source| OpenError::Db { path: dir.to_owned(), source })?;
-    let trees = layout::Trees::open(db).map_err(|source| OpenError::Db { path: dir.to_owned(), source })?;
+    let durable_files = durable::DurableFiles::open(dir).map_err(|source| OpenError::Sync { source })?;
+    let trees = layout::Trees::open(db, durable_files)
+        .map_err(|source| OpenError::Db { path: dir.to_owned(), source })?;
 
     let storage_err = |source| OpenError::Storage { path: dir.to_owned(), source: Box::new(source) };
     let marker = dir.join(layout::MARKER_FILE);
@@ -156,6 +165,9 @@ pub fn open_with(dir: &Path, options: &StorageOptions) -> Result<(LogStore, Stat
         None => {
             layout::write_format(&trees.raft_meta).map_err(storage_err)?;
             trees.db.flush().map_err(|source| OpenError::Db { path: dir.to_owned(), source })?;
+            // Durable before the marker: a marker next to a database that lost its format record
+            // reads as data loss.
+            trees.durable.sync(trees.durable.ticket()).map_err(|source| OpenError::Sync { source })?;
             tracing::info!(path = %dir.display(), "initialized new raft storage");
         }
     }

@@ -4,12 +4,15 @@
 //! [`RAFT_META_TREE`](crate::layout::RAFT_META_TREE) trees. Openraft serializes all writes to
 //! it; durability is what matters here:
 //!
-//! - `save_vote` returns only after the vote is flushed to disk (a node must never vote twice
-//!   in a term, even across a crash);
-//! - `append` writes all entries in one atomic batch, flushes, and only then reports the I/O
-//!   complete to openraft (which then may acknowledge them to the leader);
+//! - `save_vote` returns only after the vote is durable on disk (a node must never vote twice
+//!   in a term, even across a power loss);
+//! - `append` writes all entries in one atomic batch, flushes and fsyncs, and only then
+//!   reports the I/O complete to openraft (which then may acknowledge them to the leader);
 //! - `purge` records the new purge point before deleting the entries behind it, so a crash in
 //!   between leaves extra entries (deleted again at the next open), never a hole.
+//!
+//! "Flushed" here always means [`Trees::flush_durably`]: sled's flush followed by the fsyncs
+//! sled leaves out (see [`crate::durable`]).
 //!
 //! Reads decode every record they return; a record that does not decode, or a log key that is
 //! not 8 bytes, is a [`StorageError`], never "no entry".
@@ -32,7 +35,7 @@ use crate::layout::{self, COMMITTED_KEY, LAST_PURGED_KEY, Trees, VOTE_KEY};
 /// also the log reader handed to openraft's replication tasks.
 #[derive(Clone)]
 pub struct LogStore {
-    db: sled::Db,
+    trees: Trees,
     log: sled::Tree,
     meta: sled::Tree,
 }
@@ -47,7 +50,7 @@ impl LogStore {
     /// Validates the persisted metadata and the last entry, and completes a purge that a crash
     /// interrupted.
     pub(crate) fn open(trees: &Trees) -> Result<Self, StorageError> {
-        let store = Self { db: trees.db.clone(), log: trees.log.clone(), meta: trees.raft_meta.clone() };
+        let store = Self { trees: trees.clone(), log: trees.log.clone(), meta: trees.raft_meta.clone() };
         store.vote()?;
         store.committed()?;
         if let Some(purged) = store.last_purged()? {
@@ -158,9 +161,10 @@ impl LogStore {
         Ok(())
     }
 
+    /// Flushes and fsyncs (see [`Trees::flush_durably`]).
     async fn flush(&self, subject: ErrorSubject<u64>) -> Result<(), StorageError> {
-        self.db
-            .flush_async()
+        self.trees
+            .flush_durably()
             .await
             .map_err(|e| StorageIOError::new(subject, ErrorVerb::Write, AnyError::new(&e)))?;
         Ok(())

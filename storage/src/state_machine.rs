@@ -8,7 +8,7 @@
 //!
 //! The state is persisted as it is applied, not only through snapshots: `apply` writes every
 //! job row a batch touched (or its removal), the last applied log id and the last membership
-//! in one sled transaction, flushes, and only then publishes the new state in memory and
+//! in one sled transaction, flushes and fsyncs, and only then publishes the new state in memory and
 //! returns the responses. A restarted node therefore resumes exactly at its last applied
 //! entry. Commands are applied to a working copy of the touched jobs, so a failed write leaves
 //! the in-memory state untouched.
@@ -31,7 +31,7 @@ use sled::IVec;
 use sled::transaction::{ConflictableTransactionError, TransactionError, Transactional};
 
 use crate::codec::{self, AppliedState, SNAPSHOT_VERSION, SnapshotPayload, SnapshotPayloadRef};
-use crate::layout::{APPLIED_KEY, SNAPSHOT_DATA_KEY, SNAPSHOT_META_KEY, SNAPSHOT_SEQ_KEY, Trees};
+use crate::layout::{APPLIED_KEY, FlushError, SNAPSHOT_DATA_KEY, SNAPSHOT_META_KEY, SNAPSHOT_SEQ_KEY, Trees};
 
 /// What the state machine holds in memory; mirrors the state-machine trees.
 #[derive(Debug, Default)]
@@ -105,8 +105,9 @@ impl StateMachineStore {
         SnapshotBuilder { trees: self.trees.clone(), state: self.state.clone() }
     }
 
-    async fn flush(&self, err: impl FnOnce(&sled::Error) -> StorageIOError<u64>) -> Result<(), StorageError> {
-        self.trees.db.flush_async().await.map_err(|e| err(&e))?;
+    /// Flushes and fsyncs (see [`Trees::flush_durably`]).
+    async fn flush(&self, err: impl FnOnce(&FlushError) -> StorageIOError<u64>) -> Result<(), StorageError> {
+        self.trees.flush_durably().await.map_err(|e| err(&e))?;
         Ok(())
     }
 
@@ -459,7 +460,7 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
                 TransactionError::Storage(e) => StorageIOError::write_snapshot(None, &e),
             })?;
         let sig = Some(meta.signature());
-        self.trees.db.flush_async().await.map_err(|e| StorageIOError::write_snapshot(sig, &e))?;
+        self.trees.flush_durably().await.map_err(|e| StorageIOError::write_snapshot(sig, &e))?;
         if stored {
             tracing::info!(snapshot_id = %meta.snapshot_id, bytes = bytes.len(), "built snapshot");
         } else {

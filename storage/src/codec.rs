@@ -75,8 +75,7 @@ mod tests {
         let spec = JobSpec {
             graph: serde_json::json!({"ops": 3}),
             checkpoint: CheckpointConfig { retained: 2, ..Default::default() },
-            restore_from: None,
-            allow_non_restored_state: false,
+            ..JobSpec::default()
         };
         let mut job = JobRecord::new(id, "WordCount".to_owned(), spec);
         job.status = JobStatus::Running;

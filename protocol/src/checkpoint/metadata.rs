@@ -2,8 +2,9 @@
 //!
 //! Raft stores only a [`MetadataPointer`] (path, size, CRC-32); the file holds every subtask's
 //! state handles and the coordinator-side (master hook) state. It is written to a temporary file,
-//! fsynced, renamed into place and the directory fsynced, so a reader sees either nothing or the
-//! whole file; a read verifies size and checksum against the pointer before decoding.
+//! fsynced, renamed into place and the directory fsynced (and the directory's own entry in its
+//! parent), so a reader sees either nothing or the whole file, also after a power loss; a read
+//! verifies size and checksum against the pointer before decoding.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -76,11 +77,16 @@ pub enum MetadataError {
 }
 
 /// Encodes and durably writes `meta` to `path` (creating parent directories).
+///
+/// Durable means across a power loss: the file is fsynced, renamed into place and its
+/// directory fsynced; every directory created on the way is fsynced into its parent, and the
+/// checkpoint directory's own entry is synced once more in its parent (tasks create it when
+/// they write state, and a `_metadata` whose directory entry is lost is lost with it).
 pub fn write_metadata(path: &Path, meta: &CheckpointMetadata) -> Result<MetadataPointer, MetadataError> {
     let err = |source| MetadataError::Write { path: path.to_owned(), source };
     let bytes = serde_json::to_vec_pretty(meta).map_err(|e| err(std::io::Error::other(e)))?;
     let dir = path.parent().ok_or_else(|| err(std::io::Error::other("metadata path has no parent")))?;
-    std::fs::create_dir_all(dir).map_err(err)?;
+    let created = create_dir_all_synced(dir).map_err(err)?;
     let tmp = path.with_extension("inprogress");
     {
         let mut f = std::fs::File::create(&tmp).map_err(err)?;
@@ -88,8 +94,40 @@ pub fn write_metadata(path: &Path, meta: &CheckpointMetadata) -> Result<Metadata
         f.sync_all().map_err(err)?;
     }
     std::fs::rename(&tmp, path).map_err(err)?;
-    std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(err)?;
+    sync_dir(dir).map_err(err)?;
+    if !created && let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        sync_dir(parent).map_err(err)?;
+    }
     Ok(MetadataPointer { path: path.to_owned(), size: bytes.len() as u64, crc32: crc32fast::hash(&bytes) })
+}
+
+fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::File::open(dir)?.sync_all()
+}
+
+/// `create_dir_all`, fsyncing every directory it creates into its parent. Returns whether it
+/// created `dir`.
+fn create_dir_all_synced(dir: &Path) -> std::io::Result<bool> {
+    let mut missing = Vec::new();
+    let mut cursor = Some(dir);
+    while let Some(path) = cursor {
+        if path.as_os_str().is_empty() || path.try_exists()? {
+            break;
+        }
+        missing.push(path);
+        cursor = path.parent();
+    }
+    if missing.is_empty() {
+        return Ok(false);
+    }
+    std::fs::create_dir_all(dir)?;
+    for created in missing.iter().rev() {
+        match created.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => sync_dir(parent)?,
+            _ => sync_dir(Path::new("."))?,
+        }
+    }
+    Ok(true)
 }
 
 /// Reads `_metadata`, verifying it against the pointer Raft holds.

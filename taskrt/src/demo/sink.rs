@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::exchange::Record;
 use crate::operator::{Operator, OperatorContext, OperatorError, TaskInfo};
-use crate::state::storage::sync_dir;
+use crate::state::storage::{create_dir_all_synced, sync_dir};
 
 pub const PENDING_STATE: &str = "pending";
 pub const PENDING_DIR: &str = "pending";
@@ -160,7 +160,14 @@ impl TwoPhaseFileSink {
             self.commit(&entry.1)?;
             self.pending.remove(&entry);
         }
+        self.sync_commits()
+    }
+
+    /// Makes renames into `committed/` durable: first the new names, then the removal of the
+    /// old ones (a rename is durable in each directory only once that directory is synced).
+    fn sync_commits(&self) -> Result<(), OperatorError> {
         sync_dir(&self.committed_dir())?;
+        sync_dir(&self.pending_dir())?;
         Ok(())
     }
 
@@ -189,8 +196,9 @@ impl TwoPhaseFileSink {
     }
 }
 
+/// Creates `path` (and its parents) so that it survives a power loss.
 fn create_dir(path: &Path) -> Result<(), OperatorError> {
-    std::fs::create_dir_all(path).map_err(|e| OperatorError::io(format!("creating {}", path.display()), e))
+    Ok(create_dir_all_synced(path)?)
 }
 
 impl Operator for TwoPhaseFileSink {
@@ -209,8 +217,8 @@ impl Operator for TwoPhaseFileSink {
         for (_, stem) in &restored {
             self.commit(stem)?;
         }
-        sync_dir(&self.committed_dir())?;
         self.delete_stale_pending(restored_from)?;
+        self.sync_commits()?;
         tracing::info!(
             subtask = self.subtask,
             committed_on_restore = restored.len(),

@@ -54,14 +54,16 @@ impl CheckpointStorage {
         self.layout.job_dir()
     }
 
-    /// Writes `bytes` to `path` (creating parent directories) and fsyncs it.
+    /// Writes `bytes` to `path` (creating parent directories durably) and fsyncs it. The file's
+    /// own entry in its directory is not synced here: the caller syncs each directory once
+    /// after writing all its files ([`sync_dir`]).
     pub fn write_file(&self, path: &Path, bytes: &[u8]) -> Result<(), StateError> {
         let err = |source| StateError::Io { path: path.to_owned(), source };
         if let Some(hook) = &self.hook {
             hook.before_write(path).map_err(err)?;
         }
         if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(err)?;
+            create_dir_all_synced(dir)?;
         }
         let mut f = std::fs::File::create(path).map_err(err)?;
         f.write_all(bytes).map_err(err)?;
@@ -74,6 +76,37 @@ pub fn sync_dir(dir: &Path) -> Result<(), StateError> {
     std::fs::File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(|source| StateError::Io { path: dir.to_owned(), source })
+}
+
+/// `create_dir_all` that survives a power loss: every directory it creates is fsynced into
+/// its parent (a new `chk-<id>/` whose entry in the job directory was never synced disappears
+/// with everything in it, even when its own entries were synced).
+pub fn create_dir_all_synced(dir: &Path) -> Result<(), StateError> {
+    let err = |path: &Path| {
+        let path = path.to_owned();
+        move |source| StateError::Io { path, source }
+    };
+    // The directories that do not exist yet, innermost first.
+    let mut missing = Vec::new();
+    let mut cursor = Some(dir);
+    while let Some(path) = cursor {
+        if path.as_os_str().is_empty() || path.try_exists().map_err(err(path))? {
+            break;
+        }
+        missing.push(path);
+        cursor = path.parent();
+    }
+    if missing.is_empty() {
+        return Ok(());
+    }
+    std::fs::create_dir_all(dir).map_err(err(dir))?;
+    for created in missing.iter().rev() {
+        match created.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => sync_dir(parent)?,
+            _ => sync_dir(Path::new("."))?,
+        }
+    }
+    Ok(())
 }
 
 /// Resolves a handle's relative path against `base`, refusing unsafe paths.
@@ -101,6 +134,18 @@ pub fn read_verified(base: &Path, file: &StateFile) -> Result<Vec<u8>, StateErro
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn synced_directory_creation_creates_every_level_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let nested = dir.path().join("job/chk-3/sub");
+        create_dir_all_synced(&nested).unwrap();
+        assert!(nested.is_dir());
+        create_dir_all_synced(&nested).unwrap();
+        let file = dir.path().join("file");
+        std::fs::write(&file, b"x").unwrap();
+        assert!(matches!(create_dir_all_synced(&file.join("below")), Err(StateError::Io { .. })));
+    }
 
     #[test]
     fn verified_read_detects_corruption_and_unsafe_paths() {

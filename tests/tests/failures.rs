@@ -304,7 +304,14 @@ async fn claim(cluster: &ProcCluster) -> anyhow::Result<()> {
     let output = cluster.scratch("out")?;
     submit(&ctl, cluster, "a", &demo_graph(&output), &["--externalized-retention", "retain_on_cancellation"])
         .await?;
-    let overview = completed(&ctl, "a", 2, T).await?;
+    completed(&ctl, "a", 2, T).await?;
+    // No further checkpoints: the latest stays retained while `a` runs.
+    ctl.ok(&["job", "config", "a", "--interval", "off"]).await?;
+    let overview = wait::until("a checkpoint still in flight to finish", T, || async {
+        let v = ctl.json(&["checkpoint", "list", "a"]).await.ok()?;
+        (u64_at(&v, &["counts", "in_progress"]) == 0).then_some(v)
+    })
+    .await?;
     let latest = u64_at(&overview, &["latest_completed", "id"]);
     let source = cluster.checkpoint_dir().join("a").join(format!("chk-{latest}"));
     let from = source.display().to_string();
@@ -350,4 +357,64 @@ async fn claim(cluster: &ProcCluster) -> anyhow::Result<()> {
     let (_, savepoint) = stop(&ctl, "b", &cluster.scratch("stops")?).await?;
     let offsets = cairn_tests::ctl::savepoint_offsets(&savepoint)?;
     exactly_once(&output, &offsets, T).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restore_source_that_disappears_fails_the_job_through_its_strategy_naming_it() -> anyhow::Result<()>
+{
+    with_cluster(|mut cluster| async move {
+        let r = vanished_source(&mut cluster).await;
+        (cluster, r)
+    })
+    .await
+}
+
+async fn vanished_source(cluster: &mut ProcCluster) -> anyhow::Result<()> {
+    let ctl = Ctl::for_cluster(cluster)?;
+    let output = cluster.scratch("out")?;
+    submit(&ctl, cluster, "src", &demo_graph(&output), &[]).await?;
+    completed(&ctl, "src", 1, T).await?;
+    let (_, savepoint) = stop(&ctl, "src", &cluster.scratch("savepoints")?).await?;
+
+    // A job restored from the savepoint, without periodic checkpoints of its own: a restart
+    // restores from the savepoint again.
+    let graph_file = cluster.scratch("input")?.join("dst.json");
+    std::fs::write(&graph_file, demo_graph(&output).graph().to_json())?;
+    let graph = graph_file.display().to_string();
+    let from = savepoint.display().to_string();
+    let args = [
+        "job",
+        "submit",
+        "dst",
+        "--graph",
+        &graph,
+        "--from-savepoint",
+        &from,
+        "--restart-strategy",
+        "fixed-delay",
+        "--restart-attempts",
+        "2",
+        "--restart-delay",
+        "200ms",
+    ];
+    ctl.ok(&args).await?;
+    wait::until("the restored job to run", T, || async {
+        (job_status(&ctl, "dst").await.ok()? == "running").then_some(())
+    })
+    .await?;
+
+    // The savepoint disappears, then the worker dies: every restart finds its source gone.
+    std::fs::remove_dir_all(&savepoint)?;
+    kill_worker(cluster, "w1")?;
+    cluster.launch_worker("w2", 16)?;
+    let failed = wait::until("the job to fail for good", T, || async {
+        let d = describe(&ctl, "dst").await.ok()?;
+        (str_at(&d, &["summary", "status"]) == "failed").then_some(d)
+    })
+    .await?;
+    let reason = str_at(&failed, &["summary", "status_reason"]);
+    assert!(reason.contains("fixed-delay") && reason.contains("_metadata"), "{failed}");
+    assert!(reason.contains(&from), "the reason names the missing source: {failed}");
+    assert_eq!(u64_at(&failed, &["restart", "restarts"]), 2, "{failed}");
+    Ok(())
 }

@@ -171,6 +171,36 @@ impl Probe {
         self.leader = Some(i);
     }
 
+    /// Sets the job's checkpoint timeout through the admin API of the leader.
+    pub async fn set_checkpoint_timeout(&mut self, job: &str, timeout: Duration) -> Result<(), String> {
+        use cairn_proto::admin::UpdateCheckpointConfigRequest;
+        use cairn_proto::admin::admin_client::AdminClient;
+        let patch = serde_json::json!({ "timeout": humantime::format_duration(timeout).to_string() });
+        let req = UpdateCheckpointConfigRequest {
+            job_id: job.to_owned(),
+            checkpoint_json: patch.to_string(),
+            request_id: String::new(),
+        };
+        let mut last = "no replica answered as leader".to_owned();
+        for i in 0..self.conns.len() {
+            if self.status(i).await.is_none() {
+                continue;
+            }
+            let Some(ch) = self.channel(i) else { continue };
+            match tokio::time::timeout(
+                Duration::from_secs(10),
+                AdminClient::new(ch).update_checkpoint_config(req.clone()),
+            )
+            .await
+            {
+                Ok(Ok(_)) => return Ok(()),
+                Ok(Err(status)) => last = format!("{}: {status}", self.conns[i].container),
+                Err(_) => last = format!("{}: no answer", self.conns[i].container),
+            }
+        }
+        Err(last)
+    }
+
     /// `Store.TriggerCheckpoint` on the leader (stop-with-savepoint at the end of the run),
     /// waiting up to `timeout` for the snapshot to complete.
     pub async fn trigger(

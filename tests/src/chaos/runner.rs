@@ -107,7 +107,8 @@ pub async fn run(cfg: &RunConfig) -> anyhow::Result<Outcome> {
                 cfg.schedule.seed
             ),
         );
-        let mut nemesis = Nemesis::new(&topology, probe.clone(), &cfg.job, &paths.checkpoint_root);
+        let timeout = checkpoint_timeout(&spec_json);
+        let mut nemesis = Nemesis::new(&topology, probe.clone(), &cfg.job, &paths, timeout);
         let faults = nemesis.run_schedule(cfg, &mut progress, t0).await;
         nemesis.heal_all().await;
         say(t0, "faults over; stopping the job with a savepoint");
@@ -208,27 +209,67 @@ async fn wait_progress(
     }
 }
 
+/// The job's checkpoint timeout as submitted (`checkpoint.timeout`, humantime), else Flink's
+/// default of 10 minutes.
+fn checkpoint_timeout(spec_json: &str) -> Duration {
+    serde_json::from_str::<serde_json::Value>(spec_json)
+        .ok()
+        .and_then(|s| s["checkpoint"]["timeout"].as_str().and_then(|t| humantime::parse_duration(t).ok()))
+        .unwrap_or(Duration::from_secs(600))
+}
+
 /// Injects faults and remembers what it must undo.
 struct Nemesis {
     topology: Topology,
     probe: Probe,
     job: String,
+    paths: HostPaths,
     fill_dir: PathBuf,
+    /// The job's own checkpoint timeout, restored after `expire-checkpoints`.
+    timeout: Duration,
     /// Network aliases of containers it disconnected, to reconnect them with.
     aliases: Vec<(String, Vec<String>)>,
     filler: Option<PathBuf>,
+    /// The checkpoint timeout is cut (`expire-checkpoints` in place).
+    timeout_cut: bool,
+    /// Directories made read-only, with the mode to give back.
+    read_only: Vec<(PathBuf, u32)>,
 }
 
 impl Nemesis {
-    fn new(topology: &Topology, probe: Probe, job: &str, fill_dir: &Path) -> Self {
+    fn new(topology: &Topology, probe: Probe, job: &str, paths: &HostPaths, timeout: Duration) -> Self {
         Self {
             topology: topology.clone(),
             probe,
             job: job.to_owned(),
-            fill_dir: fill_dir.to_owned(),
+            paths: paths.clone(),
+            fill_dir: paths.checkpoint_root.clone(),
+            timeout,
             aliases: Vec::new(),
             filler: None,
+            timeout_cut: false,
+            read_only: Vec::new(),
         }
+    }
+
+    /// Makes `dir` read-only (for the job's uid; the run is root), remembering its mode.
+    fn make_read_only(&mut self, dir: &Path) -> anyhow::Result<()> {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(dir).with_context(|| format!("{}", dir.display()))?.permissions().mode();
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o555))
+            .with_context(|| format!("chmod 0555 {}", dir.display()))?;
+        self.read_only.push((dir.to_owned(), mode));
+        Ok(())
+    }
+
+    /// Gives back the modes `make_read_only` took.
+    fn restore_modes(&mut self) -> anyhow::Result<()> {
+        use std::os::unix::fs::PermissionsExt;
+        for (dir, mode) in std::mem::take(&mut self.read_only) {
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode))
+                .with_context(|| format!("chmod {mode:o} {}", dir.display()))?;
+        }
+        Ok(())
     }
 
     async fn run_schedule(
@@ -355,6 +396,55 @@ impl Nemesis {
                 nemesis::free(&path)?;
                 self.filler = None;
             }
+            FaultKind::ExpireCheckpoints => {
+                record.target = format!("job {} checkpoint timeout 10ms", self.job);
+                self.timeout_cut = true;
+                self.probe
+                    .set_checkpoint_timeout(&self.job, Duration::from_millis(10))
+                    .await
+                    .map_err(|e| anyhow::anyhow!("cannot cut the checkpoint timeout: {e}"))?;
+                record.injected_ms = now_ms();
+                tokio::time::sleep(window).await;
+                self.probe
+                    .set_checkpoint_timeout(&self.job, self.timeout)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("cannot restore the checkpoint timeout: {e}"))?;
+                self.timeout_cut = false;
+            }
+            FaultKind::FailSnapshots => {
+                let pending = self.paths.output.join(cairn_taskrt::demo::sink::PENDING_DIR);
+                record.target =
+                    format!("{} and {} read-only", self.paths.job_checkpoints.display(), pending.display());
+                let dirs = [self.paths.job_checkpoints.clone(), pending];
+                for dir in &dirs {
+                    self.make_read_only(dir)?;
+                }
+                record.injected_ms = now_ms();
+                tokio::time::sleep(window).await;
+                self.restore_modes()?;
+            }
+            FaultKind::DeleteSavepoint => {
+                let req = TriggerCheckpointRequest {
+                    job_id: self.job.clone(),
+                    kind: TriggerKind::Savepoint as i32,
+                    target_dir: String::new(),
+                    drain: false,
+                };
+                let reply = self
+                    .probe
+                    .trigger(req, Duration::from_secs(60))
+                    .await
+                    .map_err(|e| anyhow::anyhow!("cannot take the savepoint: {e}"))?;
+                let in_container = PathBuf::from(&reply.location);
+                let replica = &self.topology.replicas[0].container;
+                let on_host = replica
+                    .host_path(&in_container)
+                    .with_context(|| format!("{} is not on a volume", in_container.display()))?;
+                record.target = format!("savepoint {} at {}", reply.checkpoint_id, on_host.display());
+                std::fs::remove_dir_all(&on_host)
+                    .with_context(|| format!("deleting {}", on_host.display()))?;
+                record.injected_ms = now_ms();
+            }
         }
         record.healed_ms = Some(now_ms());
         Ok(())
@@ -413,6 +503,15 @@ impl Nemesis {
             && let Err(e) = nemesis::free(&path)
         {
             eprintln!("cairn-chaos: {e:#}");
+        }
+        if let Err(e) = self.restore_modes() {
+            eprintln!("cairn-chaos: {e:#}");
+        }
+        if self.timeout_cut {
+            match self.probe.set_checkpoint_timeout(&self.job, self.timeout).await {
+                Ok(()) => self.timeout_cut = false,
+                Err(e) => eprintln!("cairn-chaos: cannot restore the checkpoint timeout: {e}"),
+            }
         }
         let net = self.topology.network.clone();
         let names: Vec<String> = self

@@ -28,16 +28,28 @@ pub enum FaultKind {
     RestartReplica,
     /// Fill the checkpoint volume to the last byte for the window, then free it.
     FillCheckpointVolume,
+    /// Checkpoint storage too slow for the checkpoint timeout for the window (the job's timeout
+    /// cut to 10 ms): checkpoints expire until it is healed.
+    ExpireCheckpoints,
+    /// Make the job's checkpoint directory and the sink's pending directory read-only for the
+    /// window: tasks fail in the asynchronous part (state files) and in the synchronous part
+    /// (the sink's pre-commit) of every checkpoint.
+    FailSnapshots,
+    /// Take a savepoint, then delete its directory under the running job.
+    DeleteSavepoint,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 6] = [
+    pub const ALL: [FaultKind; 9] = [
         FaultKind::KillLeader,
         FaultKind::PauseLeader,
         FaultKind::PartitionLeader,
         FaultKind::PartitionWorker,
         FaultKind::RestartReplica,
         FaultKind::FillCheckpointVolume,
+        FaultKind::ExpireCheckpoints,
+        FaultKind::FailSnapshots,
+        FaultKind::DeleteSavepoint,
     ];
 
     pub fn name(self) -> &'static str {
@@ -48,6 +60,9 @@ impl FaultKind {
             FaultKind::PartitionWorker => "partition-worker",
             FaultKind::RestartReplica => "restart-replica",
             FaultKind::FillCheckpointVolume => "fill-checkpoint-volume",
+            FaultKind::ExpireCheckpoints => "expire-checkpoints",
+            FaultKind::FailSnapshots => "fail-snapshots",
+            FaultKind::DeleteSavepoint => "delete-savepoint",
         }
     }
 
@@ -61,6 +76,9 @@ impl FaultKind {
             FaultKind::PartitionWorker => (3_000, 8_000),
             FaultKind::RestartReplica => (0, 0),
             FaultKind::FillCheckpointVolume => (4_000, 10_000),
+            FaultKind::ExpireCheckpoints => (3_000, 8_000),
+            FaultKind::FailSnapshots => (3_000, 8_000),
+            FaultKind::DeleteSavepoint => (0, 0),
         }
     }
 }

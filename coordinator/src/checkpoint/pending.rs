@@ -236,7 +236,8 @@ impl PendingCheckpoint {
 
     /// Bytes of state the accepted acks reference.
     pub fn state_size(&self) -> u64 {
-        self.states.values().map(SubtaskState::state_size).sum()
+        // Saturating: the sizes are what tasks reported.
+        self.states.values().fold(0, |total, s| total.saturating_add(s.state_size()))
     }
 
     /// The shared files among the accepted acks.

@@ -205,8 +205,9 @@ impl CheckpointStatsTracker {
         if let Some(c) = self.entry(id) {
             c.num_acknowledged += 1;
             c.latest_ack_time_ms = Some(ack_time_ms);
-            c.state_size += metrics.state_size;
-            c.bytes_persisted += metrics.bytes_persisted;
+            // Saturating: the figures are what tasks reported.
+            c.state_size = c.state_size.saturating_add(metrics.state_size);
+            c.bytes_persisted = c.bytes_persisted.saturating_add(metrics.bytes_persisted);
             c.subtasks.push(SubtaskCheckpointStats {
                 vertex: vertex.to_owned(),
                 subtask,

@@ -111,9 +111,10 @@ impl SubtaskState {
         self.operators.values().flat_map(|o| o.files())
     }
 
-    /// Bytes of state referenced (shared files included).
+    /// Bytes of state referenced (shared files included). Saturates: the sizes come from a
+    /// task's report, and a report that cannot be true must not overflow the leader's sum.
     pub fn state_size(&self) -> u64 {
-        self.files().map(|f| f.size).sum()
+        self.files().fold(0, |total, f| total.saturating_add(f.size))
     }
 }
 

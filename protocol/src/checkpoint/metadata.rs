@@ -47,8 +47,9 @@ impl CheckpointMetadata {
         format!("{vertex}/{index}")
     }
 
+    /// Bytes of state of every subtask (saturating, like [`SubtaskState::state_size`]).
     pub fn state_size(&self) -> u64 {
-        self.subtasks.values().map(SubtaskState::state_size).sum()
+        self.subtasks.values().fold(0, |total, s| total.saturating_add(s.state_size()))
     }
 }
 

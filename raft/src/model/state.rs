@@ -191,7 +191,8 @@ fn apply_to_live_job(job: &mut JobRecord, cmd: &Command) -> Result<Outcome, Comm
                 });
             }
             job.completed.push(checkpoint.clone());
-            job.num_completed += 1;
+            // Saturating: the count comes from a row or a snapshot, not only from this log.
+            job.num_completed = job.num_completed.saturating_add(1);
             Ok(Outcome::Subsumed { checkpoints: apply_retention(job) })
         }
         Command::RegisterSavepoint { savepoint, .. } => {

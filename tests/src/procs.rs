@@ -164,11 +164,23 @@ impl Drop for CairnProcess {
     }
 }
 
+/// How [`ProcCluster::start_with_options`] lays a cluster out.
+#[derive(Debug, Clone, Default)]
+pub struct ProcOptions {
+    /// Every replica also serves `/metrics` on a free port of its own.
+    pub metrics: bool,
+    /// The data directory of a node, by node id (e.g. on a file system of its own); nodes not
+    /// listed keep theirs in the cluster's temp directory.
+    pub data_dirs: BTreeMap<u64, PathBuf>,
+}
+
 /// A cluster of `cairn` processes, and `cairn-worker` processes attached to it.
 pub struct ProcCluster {
     root: TempDir,
     binary: PathBuf,
     peers: String,
+    /// Data directories placed by [`ProcOptions::data_dirs`].
+    data_dirs: BTreeMap<u64, PathBuf>,
     pub nodes: BTreeMap<u64, CairnProcess>,
     /// Workers by name; `CairnProcess::id` is unused for them.
     pub workers: BTreeMap<String, CairnProcess>,
@@ -191,6 +203,12 @@ impl ProcCluster {
     }
 
     fn start_with(n: u64, extra_args: &[&str], metrics: bool) -> anyhow::Result<Self> {
+        Self::start_with_options(n, extra_args, ProcOptions { metrics, ..ProcOptions::default() })
+    }
+
+    /// Starts `n` replicas with the given extra flags, laid out as `options` says.
+    pub fn start_with_options(n: u64, extra_args: &[&str], options: ProcOptions) -> anyhow::Result<Self> {
+        let ProcOptions { metrics, data_dirs } = options;
         let binary = binary("cairn")?;
         let root = tempfile::tempdir()?;
         let mut addrs = BTreeMap::new();
@@ -209,6 +227,7 @@ impl ProcCluster {
             root,
             binary,
             peers,
+            data_dirs,
             nodes,
             workers: BTreeMap::new(),
             extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
@@ -258,7 +277,15 @@ impl ProcCluster {
 
     /// The data directory of node `id`.
     pub fn data_dir(&self, id: u64) -> PathBuf {
-        self.root.path().join(format!("node-{id}"))
+        match self.data_dirs.get(&id) {
+            Some(dir) => dir.clone(),
+            None => self.root.path().join(format!("node-{id}")),
+        }
+    }
+
+    /// The cluster's temp directory (process logs, the admin token, scratch directories).
+    pub fn root(&self) -> &std::path::Path {
+        self.root.path()
     }
 
     fn launch_with_peers(&mut self, id: u64, peers: &str) -> anyhow::Result<()> {

@@ -34,6 +34,8 @@ source "$here/compose-cmd.sh"
 project=cairntest$$$RANDOM
 work=$(mktemp -d)
 export CAIRN_ADMIN_TOKEN_FILE=$work/secrets/admin-token
+export CAIRN_CLUSTER_SECRET_FILE=$work/secrets/cluster-secret
+export CAIRN_WORKER_TOKEN_FILE=$work/secrets/worker-token
 compose() { "${compose_cmd[@]}" -p "$project" -f "$compose_file" "$@"; }
 replicas=(cairn-1 cairn-2 cairn-3)
 endpoints=cairn-1:7400,cairn-2:7400,cairn-3:7400

@@ -21,6 +21,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .file_descriptor_set_path(out_dir.join("cairn_descriptor.bin"))
         // Operator-facing messages serialise to JSON as they are (`cairnctl --output json`).
         .type_attribute(".cairn.admin.v1", "#[derive(serde::Serialize)]")
+        // Undecodable messages are INVALID_ARGUMENT, not INTERNAL (`src/codec.rs`).
+        .codec_path("crate::codec::StrictCodec")
         .build_server(true)
         .build_client(true)
         .compile_protos(&protos, &["."])?;

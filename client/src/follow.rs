@@ -17,14 +17,25 @@ use cairn_proto::addr::normalize as normalize_endpoint;
 /// round-robin order. A hint moves `current` only, so when the hinted replica fails too the
 /// search resumes after the replica that gave the hint (a stale hint cannot trap the worker
 /// between the hinting replica and a dead one).
+///
+/// The list starts with the configured endpoints; a hint may add replicas the client was not
+/// told about (a member added later), but only a hint from a configured endpoint, and at most
+/// [`MAX_LEARNED_ENDPOINTS`] of them (the oldest learned one makes room). So the client sends
+/// its credentials only to configured replicas and to members they reported, and a replica
+/// that lies cannot grow the list or lead the client away along a chain of hints.
 #[derive(Debug, Clone)]
 pub struct Endpoints {
     list: Vec<String>,
+    /// How many entries at the head of `list` were configured.
+    configured: usize,
     current: usize,
     cursor: usize,
     /// Failed attempts since the last success or the last pause.
     failures_in_round: usize,
 }
+
+/// Endpoints learned from leader hints, at most (beyond the configured ones).
+pub const MAX_LEARNED_ENDPOINTS: usize = 16;
 
 /// What to do after a failed attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,7 +55,8 @@ impl Endpoints {
                 deduped.push(e);
             }
         }
-        Self { list: deduped, current: 0, cursor: 0, failures_in_round: 0 }
+        let configured = deduped.len();
+        Self { list: deduped, configured, current: 0, cursor: 0, failures_in_round: 0 }
     }
 
     pub fn current(&self) -> Option<&str> {
@@ -79,11 +91,20 @@ impl Endpoints {
         }
         match self.list.iter().position(|e| *e == leader) {
             Some(i) => self.current = i,
-            None => {
-                // A leader we were not told about (e.g. a replica added later): remember it.
+            // A leader we were not told about (e.g. a replica added later), named by a configured
+            // replica: remember it, within bounds.
+            None if self.current < self.configured => {
+                if self.list.len() - self.configured >= MAX_LEARNED_ENDPOINTS {
+                    self.list.remove(self.configured);
+                    if self.cursor >= self.list.len() {
+                        self.cursor = 0;
+                    }
+                }
                 self.list.push(leader);
                 self.current = self.list.len() - 1;
             }
+            // Only configured replicas may introduce new ones.
+            None => return self.failed(),
         }
         self.count_failure()
     }
@@ -156,6 +177,29 @@ mod tests {
         // A self-hint is no hint: move on.
         assert_eq!(e.redirect("c:3"), Next::Now);
         assert_eq!(e.current(), Some("a:1"));
+    }
+
+    #[test]
+    fn only_configured_replicas_introduce_new_ones_and_learned_ones_stay_bounded() {
+        let mut e = eps(&["a:1", "b:1"]);
+        // A configured replica names a new one: learned.
+        assert_eq!(e.redirect("c:1"), Next::Now);
+        assert_eq!(e.current(), Some("c:1"));
+        // The learned one names another stranger: not followed, the search moves on.
+        e.redirect("evil:1");
+        assert!(!e.all().iter().any(|x| x == "evil:1"), "{:?}", e.all());
+        // Hints from configured replicas learn at most MAX_LEARNED_ENDPOINTS, oldest dropped.
+        for i in 0..100 {
+            let mut from_configured = e.clone();
+            while from_configured.current().is_some_and(|c| !["a:1", "b:1"].contains(&c)) {
+                from_configured.failed();
+            }
+            e = from_configured;
+            e.redirect(&format!("n{i}:1"));
+        }
+        assert_eq!(e.all().len(), 2 + MAX_LEARNED_ENDPOINTS);
+        assert_eq!(&e.all()[..2], ["a:1", "b:1"]);
+        assert!(e.all().iter().any(|x| x == "n99:1") && !e.all().iter().any(|x| x == "n0:1"));
     }
 
     #[test]

@@ -21,7 +21,11 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use cairn_proto::auth::Secret;
+use cairn_raft::service::PeerAuth;
 use serde::{Deserialize, Serialize};
+
+use crate::auth::{AdminToken, WorkerTokens};
 
 /// Default gRPC listen address of a single local replica.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7400";
@@ -128,6 +132,20 @@ pub struct NodeConfig {
     /// stays out of `ps` and configuration dumps). Takes precedence over `admin_token_file`.
     #[serde(skip)]
     pub admin_token: Option<crate::auth::AdminToken>,
+    /// File holding the cluster secret that authenticates Raft calls between replicas when they
+    /// do not use TLS (the same on every replica, at least 16 bytes, not the admin token). See
+    /// [`NodeConfig::resolve_peer_auth`].
+    pub cluster_secret_file: Option<PathBuf>,
+    /// The cluster secret itself (from `CAIRN_CLUSTER_SECRET`); takes precedence over the file.
+    #[serde(skip)]
+    pub cluster_secret: Option<Secret>,
+    /// File holding the worker tokens: one token shared by every worker, or `<worker-id> <token>`
+    /// lines that bind each token to one worker. See [`NodeConfig::resolve_worker_tokens`].
+    pub worker_token_file: Option<PathBuf>,
+    /// One worker token shared by every worker (from `CAIRN_WORKER_TOKEN`); takes precedence over
+    /// the file.
+    #[serde(skip)]
+    pub worker_token: Option<Secret>,
 }
 
 impl Default for NodeConfig {
@@ -147,6 +165,10 @@ impl Default for NodeConfig {
             tls: None,
             admin_token_file: None,
             admin_token: None,
+            cluster_secret_file: None,
+            cluster_secret: None,
+            worker_token_file: None,
+            worker_token: None,
         }
     }
 }
@@ -164,6 +186,10 @@ pub enum ConfigError {
     Tls(#[from] cairn_proto::tls::TlsError),
     #[error("admin token: {0}")]
     AdminToken(String),
+    #[error("cluster secret: {0}")]
+    ClusterSecret(String),
+    #[error("worker tokens: {0}")]
+    WorkerTokens(String),
 }
 
 fn invalid(key: &'static str, reason: impl Into<String>) -> ConfigError {
@@ -236,6 +262,13 @@ impl NodeConfig {
             }
         }
         let t = &self.raft;
+        for (key, d) in [
+            ("raft.heartbeat_interval", t.heartbeat_interval),
+            ("raft.election_timeout_min", t.election_timeout_min),
+            ("raft.election_timeout_max", t.election_timeout_max),
+        ] {
+            check_at_most(key, d, MAX_RAFT_TIMING)?;
+        }
         if t.heartbeat_interval.is_zero() {
             return Err(invalid("raft.heartbeat_interval", "must be above zero"));
         }
@@ -256,6 +289,13 @@ impl NodeConfig {
         }
         self.server_tls()?;
         let w = &self.workers;
+        for (key, d) in [
+            ("workers.heartbeat_interval", w.heartbeat_interval),
+            ("workers.heartbeat_timeout", w.heartbeat_timeout),
+            ("workers.reattach_grace", w.reattach_grace),
+        ] {
+            check_at_most(key, d, MAX_WORKER_TIMING)?;
+        }
         if w.heartbeat_interval.is_zero() {
             return Err(invalid("workers.heartbeat_interval", "must be above zero"));
         }
@@ -304,6 +344,95 @@ impl NodeConfig {
         Ok(token)
     }
 
+    /// How this replica authenticates the replicas that call its Raft service: their TLS
+    /// certificates when it serves TLS, else the cluster secret (`cluster_secret`, from
+    /// `CAIRN_CLUSTER_SECRET`, or `cluster_secret_file`). A replica with peers and neither
+    /// refuses to start, naming both fixes; a single replica without either accepts no Raft calls
+    /// (it has no peers). The secret must differ from the admin token, which operators hold.
+    pub fn resolve_peer_auth(&self, admin: &AdminToken) -> Result<PeerAuth, ConfigError> {
+        let secret = match (&self.cluster_secret, &self.cluster_secret_file) {
+            (Some(s), _) => Some(s.clone()),
+            (None, Some(path)) => {
+                Some(read_secret_file(path, "the cluster secret").map_err(ConfigError::ClusterSecret)?)
+            }
+            (None, None) => None,
+        };
+        if let Some(s) = &secret
+            && s == admin.secret()
+        {
+            return Err(ConfigError::ClusterSecret(
+                "the cluster secret must differ from the admin token: operators hold the admin token, \
+                 only replicas may hold the cluster secret (generate one with `openssl rand -hex 32`)"
+                    .into(),
+            ));
+        }
+        if self.tls.is_some() {
+            return Ok(PeerAuth::Certificates);
+        }
+        match secret {
+            Some(s) => Ok(PeerAuth::Secret(s)),
+            None if self.peers.is_empty() => Ok(PeerAuth::Closed),
+            None => Err(ConfigError::ClusterSecret(
+                "a replica with peers must authenticate raft calls: give every replica the same \
+                 cluster secret (at least 16 printable characters, not the admin token, e.g. \
+                 `openssl rand -hex 32`) with --cluster-secret-file (or CAIRN_CLUSTER_SECRET), or serve \
+                 TLS ([tls] cert_file, key_file, ca_file) with a certificate naming each replica \
+                 (cairn://node/<id>)"
+                    .into(),
+            )),
+        }
+    }
+
+    /// The worker tokens this replica accepts: `worker_token` (`CAIRN_WORKER_TOKEN`, shared by
+    /// every worker), `worker_token_file`, or, for a single replica with neither, a token
+    /// generated into `<data_dir>/worker-token` (mode 0600) on first start and reused. A replica
+    /// with peers and neither accepts only workers with a certificate, so it needs TLS. No worker
+    /// token may be the admin token. Call after the data directory exists.
+    pub fn resolve_worker_tokens(&self, admin: &AdminToken) -> Result<WorkerTokens, ConfigError> {
+        let tokens = if let Some(t) = &self.worker_token {
+            WorkerTokens::shared(t.clone())
+        } else if let Some(path) = &self.worker_token_file {
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                ConfigError::WorkerTokens(format!("cannot read the token file {}: {e}", path.display()))
+            })?;
+            WorkerTokens::parse(&text)
+                .map_err(|e| ConfigError::WorkerTokens(format!("token file {}: {e}", path.display())))?
+        } else if !self.peers.is_empty() {
+            if self.tls.is_some() {
+                return Ok(WorkerTokens::default());
+            }
+            return Err(ConfigError::WorkerTokens(
+                "a replica with peers needs the workers' credentials: write a worker token (at least 16 \
+                 printable characters, not the admin token) to a file and pass it to every replica \
+                 with --worker-token-file (or CAIRN_WORKER_TOKEN) and to every worker with \
+                 cairn-worker --token-file, or serve TLS and give each worker a certificate naming it \
+                 (cairn://worker/<id>)"
+                    .into(),
+            ));
+        } else {
+            let path = self.data_dir().join(WORKER_TOKEN_FILE);
+            let token = if path.exists() {
+                read_secret_file(&path, "the worker token").map_err(ConfigError::WorkerTokens)?
+            } else {
+                let token = Secret::generate();
+                write_private(&path, token.expose()).map_err(|e| {
+                    ConfigError::WorkerTokens(format!("cannot write {}: {e}", path.display()))
+                })?;
+                tracing::info!(path = %path.display(), "generated a worker token; pass this file to cairn-worker --token-file");
+                token
+            };
+            WorkerTokens::shared(token)
+        };
+        if tokens.contains(admin.secret()) {
+            return Err(ConfigError::WorkerTokens(
+                "a worker token must differ from the admin token: a worker holding it could administer \
+                 the cluster"
+                    .into(),
+            ));
+        }
+        Ok(tokens)
+    }
+
     /// The replica's TLS material, loaded and checked (files exist, are PEM, hold a certificate
     /// and its key); `None` when TLS is not configured.
     pub fn server_tls(&self) -> Result<Option<cairn_proto::tls::ServerTls>, ConfigError> {
@@ -319,7 +448,7 @@ impl NodeConfig {
             heartbeat_interval: ms(t.heartbeat_interval),
             election_timeout_min: ms(t.election_timeout_min),
             election_timeout_max: ms(t.election_timeout_max),
-            install_snapshot_timeout: ms(t.election_timeout_max).max(1000) * 4,
+            install_snapshot_timeout: ms(t.election_timeout_max).max(1000).saturating_mul(4),
             snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(t.snapshot_after_logs),
             max_in_snapshot_log_to_keep: t.logs_to_keep,
             purge_batch_size: 256,
@@ -331,6 +460,39 @@ impl NodeConfig {
 
 /// Name of the generated admin token file inside a single node's data directory.
 pub const ADMIN_TOKEN_FILE: &str = "admin-token";
+/// Name of the generated worker token file inside a single node's data directory.
+pub const WORKER_TOKEN_FILE: &str = "worker-token";
+/// Longest accepted Raft timing: beyond an hour a cluster never elects in practice, and larger
+/// values overflow the arithmetic of timers.
+pub const MAX_RAFT_TIMING: Duration = Duration::from_secs(3600);
+/// Longest accepted worker timing (heartbeats, re-attach grace).
+pub const MAX_WORKER_TIMING: Duration = Duration::from_secs(86_400);
+
+fn check_at_most(key: &'static str, d: Duration, max: Duration) -> Result<(), ConfigError> {
+    if d > max {
+        return Err(invalid(key, format!("must be at most {}", humantime::format_duration(max))));
+    }
+    Ok(())
+}
+
+/// The secret in `path`, generated there first (mode 0600) when the file does not exist; `what`
+/// names it in errors. For tools that set up a cluster on one machine (the demo, tests).
+pub fn ensure_secret_file(path: &Path, what: &str) -> Result<Secret, String> {
+    if !path.exists() {
+        write_private(path, Secret::generate().expose())
+            .map_err(|e| format!("cannot write {what} to {}: {e}", path.display()))?;
+    }
+    read_secret_file(path, what)
+}
+
+/// Reads and validates a one-line secret file (a trailing newline is ignored); `what` names the
+/// secret in errors.
+pub fn read_secret_file(path: &Path, what: &str) -> Result<Secret, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read the file {} holding {what}: {e}", path.display()))?;
+    let value = text.strip_suffix('\n').map(|t| t.strip_suffix('\r').unwrap_or(t)).unwrap_or(&text);
+    Secret::new(what, value).map_err(|e| format!("file {}: {e}", path.display()))
+}
 
 /// Reads and validates a token file (one line; a trailing newline is ignored).
 pub fn read_token_file(path: &Path) -> Result<crate::auth::AdminToken, ConfigError> {

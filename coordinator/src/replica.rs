@@ -26,6 +26,11 @@ pub struct ReplicaContext {
     /// TLS for calls to other replicas (mutual: presents this replica's certificate); `None`
     /// when the cluster runs plaintext. Dial peers with `cairn_proto::tls::endpoint`.
     pub peer_tls: Option<cairn_proto::tls::ClientTls>,
+    /// This replica's id and the cluster secret, for calls to other replicas without TLS.
+    pub peer_credentials: Option<cairn_proto::auth::ClusterCredentials>,
+    /// Whether other replicas can authenticate to this one (TLS or a cluster secret); without,
+    /// it runs alone and refuses to add members.
+    pub accepts_peers: bool,
     /// The restart strategy of jobs whose spec names none (the `restart_strategy` setting);
     /// `None`: Flink's rule (`JobSpec::effective_restart_strategy`).
     pub default_restart_strategy: Option<Arc<cairn_protocol::restart::RestartStrategy>>,

@@ -378,6 +378,7 @@ pub fn parse_abs_dir(s: &str) -> Result<String, String> {
             "{s:?} is relative; give an absolute directory (replicas and workers resolve it, not this shell)"
         ));
     }
+    cairn_protocol::operators::check_absolute_path(s).map_err(|why| format!("the directory {why}"))?;
     Ok(s.to_owned())
 }
 

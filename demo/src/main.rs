@@ -14,7 +14,7 @@ use std::time::Duration;
 use anyhow::Context;
 use cairn_client::{ClientConfig, ClientError, LeaderClient};
 use cairn_coordinator::auth::AdminToken;
-use cairn_coordinator::config::{NodeConfig, Peer, read_token_file, write_private};
+use cairn_coordinator::config::{NodeConfig, Peer, ensure_secret_file, read_token_file, write_private};
 use cairn_coordinator::node::Replica;
 use cairn_process::shutdown::ShutdownSignals;
 use cairn_taskrt::demo::DemoJob;
@@ -72,6 +72,12 @@ async fn main() -> anyhow::Result<()> {
             .with_context(|| format!("cannot write {}", token_file.display()))?;
     }
     let token = read_token_file(&token_file)?;
+    // The replicas authenticate each other with a cluster secret and the worker with a worker
+    // token, both kept beside it.
+    let cluster_secret_file = root.join("cluster-secret");
+    ensure_secret_file(&cluster_secret_file, "the cluster secret").map_err(anyhow::Error::msg)?;
+    let worker_token_file = root.join("worker-token");
+    ensure_secret_file(&worker_token_file, "the worker token").map_err(anyhow::Error::msg)?;
     let peers: Vec<Peer> =
         (1..=3u64).map(|id| Peer { id, addr: format!("127.0.0.1:{}", args.base_port as u64 + id) }).collect();
     let mut replicas = Vec::new();
@@ -86,6 +92,8 @@ async fn main() -> anyhow::Result<()> {
             peers: peers.clone(),
             checkpoint_dir: Some(checkpoints.clone()),
             admin_token_file: Some(token_file.clone()),
+            cluster_secret_file: Some(cluster_secret_file.clone()),
+            worker_token_file: Some(worker_token_file.clone()),
             ..NodeConfig::default()
         };
         replicas.push(Replica::start(config, listener).await?);
@@ -100,6 +108,7 @@ async fn main() -> anyhow::Result<()> {
 
     let worker = Worker::start(WorkerConfig {
         worker_id: Some("demo-worker".into()),
+        token_file: Some(worker_token_file.clone()),
         ..WorkerConfig::new(endpoints.clone())
     })?;
 

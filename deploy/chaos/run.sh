@@ -63,6 +63,8 @@ project=cairnchaos$$$(date +%s)
 artifacts=${CHAOS_ARTIFACTS:-$target/chaos/$project}
 mkdir -p "$artifacts"
 export CAIRN_ADMIN_TOKEN_FILE=$artifacts/secrets/admin-token
+export CAIRN_CLUSTER_SECRET_FILE=$artifacts/secrets/cluster-secret
+export CAIRN_WORKER_TOKEN_FILE=$artifacts/secrets/worker-token
 "$repo/deploy/compose/gen-secrets.sh" "$CAIRN_ADMIN_TOKEN_FILE" >/dev/null
 compose() {
   "${compose_cmd[@]}" -p "$project" -f "$repo/deploy/compose/docker-compose.yml" \

@@ -4,10 +4,15 @@
 //!
 //! It also owns the conventions that are part of the contract but not expressible in protobuf:
 //! the metadata keys that carry leader hints on a not-leader error ([`leader_hint`]), how every
-//! connection loads and uses its TLS material ([`tls`]), and how replica addresses are written
-//! and compared ([`addr`]).
+//! connection loads and uses its TLS material ([`tls`]), how replica addresses are written
+//! and compared ([`addr`]), that a message which does not decode is the caller's error
+//! ([`codec`]), and how every caller proves who it is ([`auth`] for secrets, [`identity`] for
+//! what a client certificate names).
 
 pub mod addr;
+pub mod auth;
+pub mod codec;
+pub mod identity;
 pub mod leader_hint;
 pub mod tls;
 

@@ -127,10 +127,12 @@ impl CheckpointConfig {
             ));
         }
         for (field, dir) in [("savepoint_dir", &self.savepoint_dir), ("storage_dir", &self.storage_dir)] {
-            if let Some(d) = dir
-                && d.trim().is_empty()
-            {
-                return Err(ConfigError::new(field, "must not be empty (leave it unset instead)"));
+            if let Some(d) = dir {
+                if d.trim().is_empty() {
+                    return Err(ConfigError::new(field, "must not be empty (leave it unset instead)"));
+                }
+                // Every replica and worker resolves it: absolute, and naming what it says.
+                crate::operators::check_absolute_path(d).map_err(|why| ConfigError::new(field, why))?;
             }
         }
         Ok(())

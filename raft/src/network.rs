@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use cairn_proto::auth::ClusterCredentials;
 use cairn_proto::v1::RaftPayload;
 use cairn_proto::v1::raft_client::RaftClient;
 use openraft::error::{
@@ -44,6 +45,9 @@ pub struct TransportConfig {
     /// TLS towards peers (the cluster CA, and this replica's certificate as its client
     /// identity: peers refuse Raft calls without one); `None` dials plaintext.
     pub tls: Option<cairn_proto::tls::ClientTls>,
+    /// This replica's id and the cluster secret, sent with every call (peers without TLS refuse
+    /// calls without the secret).
+    pub credentials: Option<ClusterCredentials>,
 }
 
 impl Default for TransportConfig {
@@ -54,6 +58,7 @@ impl Default for TransportConfig {
             backoff_max: Duration::from_secs(1),
             max_message_bytes: 64 * 1024 * 1024,
             tls: None,
+            credentials: None,
         }
     }
 }
@@ -102,7 +107,14 @@ impl RaftNetworkFactory<TypeConfig> for GrpcNetwork {
                 .max_encoding_message_size(self.config.max_message_bytes)),
             Err(e) => Err(format!("invalid address {:?} for node {target}: {e}", node.addr)),
         };
-        PeerClient { local: self.local, target, node: node.clone(), client, config: self.config.clone() }
+        PeerClient {
+            local: self.local,
+            target,
+            node: node.clone(),
+            client,
+            config: self.config.clone(),
+            refusal_logged: false,
+        }
     }
 }
 
@@ -114,6 +126,9 @@ pub struct PeerClient {
     /// `Err` when the peer's configured address is unusable; every RPC then reports it.
     client: Result<RaftClient<Channel>, String>,
     config: TransportConfig,
+    /// Whether this client already logged that the peer refuses its credentials (once is
+    /// enough: openraft retries every heartbeat).
+    refusal_logged: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -139,6 +154,9 @@ impl PeerClient {
         let data =
             codec::encode("raft request", req).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         let mut request = tonic::Request::new(RaftPayload { data });
+        if let Some(c) = &self.config.credentials {
+            c.apply(&mut request);
+        }
         let ttl = option.hard_ttl();
         request.set_timeout(ttl);
         let fut = async {
@@ -169,13 +187,23 @@ impl PeerClient {
     }
 
     fn status_error<E: std::error::Error>(
-        &self,
+        &mut self,
         kind: RPCTypes,
         ttl: Duration,
         status: tonic::Status,
     ) -> RPCError<NodeId, Node, RaftError<NodeId, E>> {
         use tonic::Code;
         let err = TransportError(format!("{kind} to node {} at {}: {status}", self.target, self.node.addr));
+        if matches!(status.code(), Code::Unauthenticated | Code::PermissionDenied) && !self.refusal_logged {
+            self.refusal_logged = true;
+            tracing::warn!(
+                target_node = self.target,
+                addr = %self.node.addr,
+                code = ?status.code(),
+                message = status.message(),
+                "the peer refuses this replica's raft calls; check the cluster secret or the node certificate"
+            );
+        }
         match status.code() {
             Code::DeadlineExceeded | Code::Cancelled => self.timeout(kind, ttl),
             // Connection refused, reset, or the peer is shutting down: back off.

@@ -35,7 +35,7 @@ use cairn_raft::types::StorageError;
 
 pub use durable::SyncError;
 pub use log_store::LogStore;
-pub use state_machine::{SnapshotBuilder, StateMachineStore, StateReader};
+pub use state_machine::{SnapshotBuilder, StateMachineStore, StateReader, check_snapshot};
 
 /// Tuning of the sled database behind both stores.
 #[derive(Debug, Clone, PartialEq, Eq)]

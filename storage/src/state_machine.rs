@@ -518,6 +518,20 @@ impl StateReader {
     }
 }
 
+/// Whether `bytes` is a snapshot this store would install for `meta`: it decodes, its version is
+/// supported, it is where its metadata says, and every job row is stored under its own id. The
+/// Raft service checks a snapshot received from a peer with this before handing its last chunk
+/// to Raft, so a corrupt snapshot is refused without a storage error (which stops Raft).
+pub fn check_snapshot(meta: &SnapshotMeta, bytes: &[u8]) -> Result<(), String> {
+    let payload: SnapshotPayload =
+        codec::decode(bytes).map_err(|e| format!("the snapshot does not decode: {e}"))?;
+    check_payload(meta, &payload).map_err(|e| e.to_string())?;
+    if let Some((id, job)) = payload.data.jobs.iter().find(|(id, job)| job.id != **id) {
+        return Err(format!("the snapshot holds job {} under the id {id}", job.id));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use cairn_raft::model::{Command, JobSpec};
@@ -563,6 +577,21 @@ mod tests {
         let built = sm.get_snapshot_builder().await.build_snapshot().await.unwrap();
         assert_eq!(built.meta.last_log_id, Some(log_id(2)));
         assert_eq!(read_snapshot_meta(&sm.trees.snapshot).unwrap(), Some(newer));
+    }
+
+    /// A snapshot from a peer is checked before it is installed: what this store builds passes,
+    /// garbage and a snapshot that does not match its metadata are refused with the reason.
+    #[tokio::test]
+    async fn snapshots_from_peers_are_checked_before_install() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let (_log, mut sm) = crate::open(dir.path()).unwrap();
+        sm.apply(vec![register(1, "a"), register(2, "b")]).await.unwrap();
+        let built = sm.get_snapshot_builder().await.build_snapshot().await.unwrap();
+        let bytes = built.snapshot.into_inner();
+        check_snapshot(&built.meta, &bytes).unwrap();
+        assert!(check_snapshot(&built.meta, b"garbage").unwrap_err().contains("does not decode"));
+        let elsewhere = SnapshotMeta { last_log_id: Some(log_id(9)), ..built.meta.clone() };
+        assert!(check_snapshot(&elsewhere, &bytes).is_err());
     }
 
     /// Corruption appearing while the store is open is reported by reads, not only at open.

@@ -9,6 +9,7 @@ use cairn_client::{AuthChannel, ClientConfig, LeaderClient};
 use cairn_coordinator::auth::AdminToken;
 use cairn_coordinator::config::{NodeConfig, Peer, RaftTiming, WorkerTiming};
 use cairn_coordinator::node::Replica;
+use cairn_proto::auth::Secret;
 use cairn_raft::types::NodeId;
 use openraft::ServerState;
 use tempfile::TempDir;
@@ -46,6 +47,10 @@ pub struct InProcCluster {
     running: BTreeMap<NodeId, Replica>,
     /// The admin token every replica of this cluster accepts.
     token: AdminToken,
+    /// The secret the replicas authenticate each other's Raft calls with.
+    cluster_secret: Secret,
+    /// The token workers of this cluster attach with.
+    worker_token: Secret,
 }
 
 impl InProcCluster {
@@ -69,6 +74,8 @@ impl InProcCluster {
             timing,
             running: BTreeMap::new(),
             token: AdminToken::generate(),
+            cluster_secret: Secret::generate(),
+            worker_token: Secret::generate(),
         };
         for (id, listener) in listeners {
             cluster.start_node(id, listener).await?;
@@ -93,7 +100,25 @@ impl InProcCluster {
             tls: None,
             admin_token_file: None,
             admin_token: Some(self.token.clone()),
+            cluster_secret_file: None,
+            cluster_secret: Some(self.cluster_secret.clone()),
+            worker_token_file: None,
+            worker_token: Some(self.worker_token.clone()),
         })
+    }
+
+    /// The token workers attach to this cluster with.
+    pub fn worker_token(&self) -> Secret {
+        self.worker_token.clone()
+    }
+
+    /// A worker configuration for this cluster: its endpoints and worker token.
+    pub fn worker_config(&self, worker_id: &str) -> cairn_taskrt::worker::WorkerConfig {
+        cairn_taskrt::worker::WorkerConfig {
+            worker_id: Some(worker_id.to_owned()),
+            token: Some(self.worker_token.clone()),
+            ..cairn_taskrt::worker::WorkerConfig::new(self.addrs.values().map(|a| a.to_string()))
+        }
     }
 
     async fn start_node(&mut self, id: NodeId, listener: TcpListener) -> anyhow::Result<()> {

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use cairn_client::{ClientConfig, LeaderClient};
 use cairn_coordinator::auth::AdminToken;
-use cairn_coordinator::config::write_private;
+use cairn_coordinator::config::{ensure_secret_file, write_private};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tempfile::TempDir;
@@ -172,6 +172,10 @@ pub struct ProcOptions {
     /// The data directory of a node, by node id (e.g. on a file system of its own); nodes not
     /// listed keep theirs in the cluster's temp directory.
     pub data_dirs: BTreeMap<u64, PathBuf>,
+    /// Workers that get a token of their own (a `<worker-id> <token>` line each in the replicas'
+    /// token file), so that each worker id is bound to its token; empty: one token shared by
+    /// every worker.
+    pub worker_ids: Vec<String>,
 }
 
 /// A cluster of `cairn` processes, and `cairn-worker` processes attached to it.
@@ -188,6 +192,10 @@ pub struct ProcCluster {
     /// The admin token of this cluster, and the file (mode 0600) every replica reads it from.
     token: String,
     token_file: PathBuf,
+    /// The cluster secret the replicas authenticate each other with (a file, mode 0600).
+    cluster_secret_file: PathBuf,
+    /// The worker token every worker of this cluster attaches with (a file, mode 0600).
+    worker_token_file: PathBuf,
 }
 
 impl ProcCluster {
@@ -208,7 +216,7 @@ impl ProcCluster {
 
     /// Starts `n` replicas with the given extra flags, laid out as `options` says.
     pub fn start_with_options(n: u64, extra_args: &[&str], options: ProcOptions) -> anyhow::Result<Self> {
-        let ProcOptions { metrics, data_dirs } = options;
+        let ProcOptions { metrics, data_dirs, worker_ids } = options;
         let binary = binary("cairn")?;
         let root = tempfile::tempdir()?;
         let mut addrs = BTreeMap::new();
@@ -223,6 +231,20 @@ impl ProcCluster {
         let token = AdminToken::generate().expose().to_owned();
         let token_file = root.path().join("admin-token");
         write_private(&token_file, &token)?;
+        let cluster_secret_file = root.path().join("cluster-secret");
+        ensure_secret_file(&cluster_secret_file, "the cluster secret").map_err(anyhow::Error::msg)?;
+        let worker_token_file = root.path().join("worker-token");
+        if worker_ids.is_empty() {
+            ensure_secret_file(&worker_token_file, "the worker token").map_err(anyhow::Error::msg)?;
+        } else {
+            let mut lines = String::new();
+            for id in &worker_ids {
+                let own = root.path().join(format!("worker-token-{id}"));
+                let token = ensure_secret_file(&own, "a worker token").map_err(anyhow::Error::msg)?;
+                lines.push_str(&format!("{id} {}\n", token.expose()));
+            }
+            write_private(&worker_token_file, lines.trim_end())?;
+        }
         let mut c = Self {
             root,
             binary,
@@ -233,6 +255,8 @@ impl ProcCluster {
             extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
             token,
             token_file,
+            cluster_secret_file,
+            worker_token_file,
         };
         if metrics {
             for node in c.nodes.values_mut() {
@@ -308,11 +332,17 @@ impl ProcCluster {
             .arg(self.root.path().join("checkpoints"))
             .arg("--admin-token-file")
             .arg(&self.token_file)
+            .arg("--cluster-secret-file")
+            .arg(&self.cluster_secret_file)
+            .arg("--worker-token-file")
+            .arg(&self.worker_token_file)
             .args(&self.extra_args)
             .args(node.metrics_addr.iter().flat_map(|m| ["--metrics-listen", m.as_str()]))
             .env("CAIRN_LOG", "info,openraft=off")
             .env_remove("CAIRN_CONFIG")
             .env_remove("CAIRN_ADMIN_TOKEN")
+            .env_remove("CAIRN_CLUSTER_SECRET")
+            .env_remove("CAIRN_WORKER_TOKEN")
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)
@@ -348,9 +378,12 @@ impl ProcCluster {
             .arg(name)
             .arg("--slots")
             .arg(slots.to_string())
+            .arg("--token-file")
+            .arg(self.worker_token_file_of(name))
             .args(metrics.iter().flat_map(|m| ["--metrics-listen", m.as_str()]))
             .env("CAIRN_WORKER_LOG", "info")
             .env_remove("CAIRN_WORKER_CONFIG")
+            .env_remove("CAIRN_WORKER_TOKEN")
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)
@@ -404,6 +437,23 @@ impl ProcCluster {
     /// The admin token the replicas accept.
     pub fn admin_token(&self) -> &str {
         &self.token
+    }
+
+    /// The file holding the worker token (for `cairn-worker --token-file`).
+    pub fn worker_token_file(&self) -> &std::path::Path {
+        &self.worker_token_file
+    }
+
+    /// The token file worker `name` attaches with: its own when the cluster binds tokens to
+    /// worker ids ([`ProcOptions::worker_ids`]), else the shared one.
+    pub fn worker_token_file_of(&self, name: &str) -> PathBuf {
+        let own = self.root.path().join(format!("worker-token-{name}"));
+        if own.exists() { own } else { self.worker_token_file.clone() }
+    }
+
+    /// The file holding the cluster secret (for a replica started by hand).
+    pub fn cluster_secret_file(&self) -> &std::path::Path {
+        &self.cluster_secret_file
     }
 
     /// The file holding the admin token (for `cairnctl --token-file`).

@@ -42,6 +42,7 @@ impl ScriptedWorker {
     /// `tasks` as running task attempts.
     pub async fn attach(
         addrs: &[String],
+        token: &str,
         worker_id: &str,
         slots: u32,
         tasks: Vec<AttachedTask>,
@@ -51,7 +52,7 @@ impl ScriptedWorker {
         let mut i = 0usize;
         let mut target = addrs.first().cloned().ok_or_else(|| anyhow::anyhow!("no addresses"))?;
         loop {
-            match Self::try_attach(&target, worker_id, slots, tasks.clone()).await {
+            match Self::try_attach(&target, token, worker_id, slots, tasks.clone()).await {
                 Ok(w) => return Ok(w),
                 Err(status) => {
                     if tokio::time::Instant::now() >= deadline {
@@ -72,6 +73,7 @@ impl ScriptedWorker {
 
     async fn try_attach(
         addr: &str,
+        token: &str,
         worker_id: &str,
         slots: u32,
         tasks: Vec<AttachedTask>,
@@ -86,7 +88,7 @@ impl ScriptedWorker {
         tx.send(WorkerMessage { body: Some(worker_message::Body::Register(register)) })
             .await
             .map_err(|_| tonic::Status::internal("channel closed"))?;
-        let mut rx = client.attach(ReceiverStream::new(rx)).await?.into_inner();
+        let mut rx = client.attach(bearer(ReceiverStream::new(rx), token)).await?.into_inner();
         let first = rx.message().await?.ok_or_else(|| tonic::Status::unavailable("stream ended"))?;
         match first.body {
             Some(leader_message::Body::Registered(_)) => Ok(Self {
@@ -258,15 +260,24 @@ impl tonic::codec::Codec for RawCodec {
     }
 }
 
+/// A request carrying `authorization: Bearer <token>`.
+pub fn bearer<T>(message: T, token: &str) -> tonic::Request<T> {
+    let mut req = tonic::Request::new(message);
+    if let Ok(v) = format!("Bearer {token}").parse() {
+        req.metadata_mut().insert("authorization", v);
+    }
+    req
+}
+
 /// Opens `Attach` on `addr` and sends `frames` as raw (undecodable) message bytes; returns the
 /// status the server answers with.
-pub async fn attach_raw(addr: &str, frames: Vec<Vec<u8>>) -> anyhow::Result<tonic::Status> {
+pub async fn attach_raw(addr: &str, token: &str, frames: Vec<Vec<u8>>) -> anyhow::Result<tonic::Status> {
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))?.connect().await?;
     let mut grpc = tonic::client::Grpc::new(channel);
     grpc.ready().await?;
     let path = http::uri::PathAndQuery::from_static("/cairn.v1.TaskGateway/Attach");
     let stream = tokio_stream::iter(frames);
-    match grpc.streaming(tonic::Request::new(stream), path, RawCodec).await {
+    match grpc.streaming(bearer(stream, token), path, RawCodec).await {
         Err(status) => Ok(status),
         Ok(resp) => {
             let mut s = resp.into_inner();

@@ -11,7 +11,7 @@ use cairn_proto::admin::admin_client::AdminClient;
 use cairn_proto::admin::*;
 use cairn_taskrt::demo::DemoJob;
 use cairn_taskrt::demo::source::SourceConfig;
-use cairn_taskrt::worker::{Worker, WorkerConfig};
+use cairn_taskrt::worker::Worker;
 use cairn_tests::inproc::{InProcCluster, test_timing};
 use cairn_tests::{init_test_logging, wait};
 use tonic::{Code, Status};
@@ -140,8 +140,7 @@ async fn jobs_checkpoints_and_savepoints_through_the_admin_api() -> anyhow::Resu
     init_test_logging();
     let cluster = InProcCluster::start(3, test_timing()).await?;
     cluster.wait_leader(T).await?;
-    let addrs: Vec<String> = cluster.addrs.values().map(|a| a.to_string()).collect();
-    let worker = Worker::start(WorkerConfig { worker_id: Some("w1".into()), ..WorkerConfig::new(addrs) })?;
+    let worker = Worker::start(cluster.worker_config("w1"))?;
     let dir = tempfile::tempdir()?;
     let g = graph(&dir.path().join("out"));
     let mut c = cluster.client()?;

@@ -523,11 +523,23 @@ fn compose_network_is_private_and_the_token_a_secret_file() {
         }
     }
     assert_eq!(compose.config.admin_token_file.as_deref(), Some(Path::new("/run/secrets/admin-token")));
+    assert_eq!(compose.config.cluster_secret_file.as_deref(), Some(Path::new("/run/secrets/cluster-secret")));
+    assert_eq!(compose.config.worker_token_file.as_deref(), Some(Path::new("/run/secrets/worker-token")));
+    // Replicas hold all three credentials; workers only theirs.
     for name in compose.running("cairn").keys() {
-        assert_eq!(strings(&compose.services()[name]["secrets"], "secrets"), ["admin-token"], "{name}");
+        assert_eq!(
+            strings(&compose.services()[name]["secrets"], "secrets"),
+            ["admin-token", "cluster-secret", "worker-token"],
+            "{name}"
+        );
     }
-    let secret = str_of(&compose.file["secrets"]["admin-token"]["file"], "secret file");
-    assert!(secret.contains("./secrets/"), "the default token file lives in the git-ignored secrets/");
+    for name in compose.running("cairn-worker").keys() {
+        assert_eq!(strings(&compose.services()[name]["secrets"], "secrets"), ["worker-token"], "{name}");
+    }
+    for key in ["admin-token", "cluster-secret", "worker-token"] {
+        let secret = str_of(&compose.file["secrets"][key]["file"], "secret file");
+        assert!(secret.contains("./secrets/"), "the default {key} file lives in the git-ignored secrets/");
+    }
     assert_eq!(read("compose/.gitignore").lines().map(str::trim).collect::<Vec<_>>(), ["secrets/"]);
 }
 

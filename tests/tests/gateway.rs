@@ -17,7 +17,9 @@ use cairn_taskrt::demo::DemoJob;
 use cairn_taskrt::demo::source::SourceConfig;
 use cairn_tests::init_test_logging;
 use cairn_tests::inproc::{InProcCluster, test_timing};
-use cairn_tests::scripted::{FromLeader, ScriptedWorker, attached, attempt_id, report_all_running, subtasks};
+use cairn_tests::scripted::{
+    FromLeader, ScriptedWorker, attached, attempt_id, bearer, report_all_running, subtasks,
+};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Code;
 
@@ -71,21 +73,27 @@ async fn bad_gateway_input_is_refused_precisely_and_changes_nothing() -> anyhow:
     let mut client = cluster.client()?;
     client.register_job("j", &spec(out.path(), Some(300))).await?;
     let addrs: Vec<String> = cluster.addrs.values().map(|a| a.to_string()).collect();
+    let token = cluster.worker_token();
 
     // A stream whose first message is not `register` is refused.
     let mut raw = TaskGatewayClient::connect(format!("http://{}", addrs[0])).await?;
     let (tx, rx) = tokio::sync::mpsc::channel(4);
     tx.send(WorkerMessage { body: Some(worker_message::Body::Heartbeat(Heartbeat { sequence: 1 })) }).await?;
-    let st = raw.attach(ReceiverStream::new(rx)).await.expect_err("must be refused");
+    let st = raw.attach(bearer(ReceiverStream::new(rx), token.expose())).await.expect_err("must be refused");
     assert_eq!(st.code(), Code::InvalidArgument);
     assert!(st.message().contains("register"), "{}", st.message());
 
     // Garbage bytes where a protobuf message should be: a precise status, nothing registered.
-    let st = cairn_tests::scripted::attach_raw(&addrs[0], vec![vec![0xff, 0xfe, 0x07, 0x00, 0x13]]).await?;
-    assert!(matches!(st.code(), Code::Internal | Code::InvalidArgument), "{st}");
+    let st = cairn_tests::scripted::attach_raw(
+        &addrs[0],
+        token.expose(),
+        vec![vec![0xff, 0xfe, 0x07, 0x00, 0x13]],
+    )
+    .await?;
+    assert_eq!(st.code(), Code::InvalidArgument, "{st}");
     assert!(st.message().contains("decode"), "{}", st.message());
 
-    let mut w = ScriptedWorker::attach(&addrs, "w1", 8, vec![], T).await?;
+    let mut w = ScriptedWorker::attach(&addrs, token.expose(), "w1", 8, vec![], T).await?;
     let d = deployed(&mut w).await?;
     assert_eq!(d.job_id, "j");
     assert_eq!(d.attempt, 1);
@@ -164,7 +172,7 @@ async fn bad_gateway_input_is_refused_precisely_and_changes_nothing() -> anyhow:
         }
     };
     assert_eq!(refusal.code, Code::OutOfRange as i32, "{refusal:?}");
-    let w2 = ScriptedWorker::attach(&addrs, "w1", 8, attached(&d)?, T).await?;
+    let w2 = ScriptedWorker::attach(&addrs, token.expose(), "w1", 8, attached(&d)?, T).await?;
     assert_eq!(w2.term, w.term);
     cluster.shutdown().await;
     Ok(())
@@ -174,6 +182,7 @@ async fn bad_gateway_input_is_refused_precisely_and_changes_nothing() -> anyhow:
 async fn follower_refuses_attach_with_leader_hint() -> anyhow::Result<()> {
     init_test_logging();
     let cluster = InProcCluster::start(3, test_timing()).await?;
+    let token = cluster.worker_token();
     // Under load a follower may briefly lose track of the leader (an election in progress, when
     // the hint is rightly empty); poll until the cluster is stable and check the hint then.
     let (leader, hint) = cairn_tests::wait::until("a follower's refusal naming the leader", T, || async {
@@ -182,7 +191,7 @@ async fn follower_refuses_attach_with_leader_hint() -> anyhow::Result<()> {
         let mut raw =
             TaskGatewayClient::connect(format!("http://{}", cluster.addrs[&follower])).await.ok()?;
         let (_tx, rx) = tokio::sync::mpsc::channel::<WorkerMessage>(1);
-        let st = raw.attach(ReceiverStream::new(rx)).await.err()?;
+        let st = raw.attach(bearer(ReceiverStream::new(rx), token.expose())).await.err()?;
         let hint = parse_not_leader(&st)?;
         hint.leader_id.is_some().then_some((leader, hint))
     })
@@ -205,8 +214,9 @@ async fn leader_stopped_between_ack_and_completion() -> anyhow::Result<()> {
     let mut client = cluster.client()?;
     client.register_job("j", &spec(out.path(), Some(200))).await?;
     let addrs: Vec<String> = cluster.addrs.values().map(|a| a.to_string()).collect();
+    let token = cluster.worker_token();
 
-    let mut w = ScriptedWorker::attach(&addrs, "w1", 8, vec![], T).await?;
+    let mut w = ScriptedWorker::attach(&addrs, token.expose(), "w1", 8, vec![], T).await?;
     let d = deployed(&mut w).await?;
     report_all_running(&w, &d).await?;
     let trigger = w.expect_command(T, |c| is_trigger(c).is_some()).await?;
@@ -254,7 +264,7 @@ async fn leader_stopped_between_ack_and_completion() -> anyhow::Result<()> {
     while next_trigger.is_none() {
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         anyhow::ensure!(!left.is_zero(), "no trigger under a new leader within 90s");
-        let mut w = ScriptedWorker::attach(&addrs, "w1", 8, attached(&d)?, left)
+        let mut w = ScriptedWorker::attach(&addrs, token.expose(), "w1", 8, attached(&d)?, left)
             .await
             .context("re-attaching to a new leader")?;
         assert!(w.term > old_term, "re-attached to term {} after term {old_term}", w.term);

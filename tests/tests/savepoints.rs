@@ -8,7 +8,7 @@ use cairn_proto::v1::{TriggerCheckpointRequest, TriggerKind};
 use cairn_taskrt::demo::DemoJob;
 use cairn_taskrt::demo::source::SourceConfig;
 use cairn_taskrt::demo::verify::{Expectation, verify_output};
-use cairn_taskrt::worker::{Worker, WorkerConfig};
+use cairn_taskrt::worker::Worker;
 use cairn_tests::inproc::{InProcCluster, test_timing};
 use cairn_tests::{init_test_logging, wait};
 use tonic::Code;
@@ -43,9 +43,7 @@ async fn stop_with_savepoint_then_restore_continues_exactly_once() -> anyhow::Re
     init_test_logging();
     let cluster = InProcCluster::start(3, test_timing()).await?;
     cluster.wait_leader(T).await?;
-    let addrs: Vec<String> = cluster.addrs.values().map(|a| a.to_string()).collect();
-    let worker =
-        Worker::start(WorkerConfig { worker_id: Some("w1".into()), ..WorkerConfig::new(addrs.clone()) })?;
+    let worker = Worker::start(cluster.worker_config("w1"))?;
     let dir = tempfile::tempdir()?;
     let output = dir.path().join("out");
     let mut client = cluster.client()?;

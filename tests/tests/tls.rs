@@ -98,7 +98,8 @@ impl TlsCluster {
         let token = AdminToken::generate();
         let mut replicas = BTreeMap::new();
         for (id, listener) in listeners {
-            let identity = ca.issue(root.path(), &format!("replica-{id}"), &["127.0.0.1", "localhost"])?;
+            // The certificate names the replica (CN `cairn-node-<id>`): peers accept its Raft calls.
+            let identity = ca.issue(root.path(), &format!("cairn-node-{id}"), &["127.0.0.1", "localhost"])?;
             let config = NodeConfig {
                 node_id: id,
                 listen: addrs[&id].to_string(),
@@ -239,8 +240,24 @@ async fn raft_calls_need_a_client_certificate_of_the_cluster_ca() -> anyhow::Res
     assert_eq!(status.code(), Code::Unauthenticated, "{status}");
     assert_eq!(status.message(), CLIENT_CERT_REQUIRED);
 
-    // With a certificate of the cluster CA the call reaches Raft (and its payload is judged).
+    // A certificate of the cluster CA that names no replica (an operator's, a worker's) is
+    // refused: the CA vouches for the holder, the certificate says what it may do.
     let status = raft(cluster.client_tls(true)?).await?;
+    assert_eq!(status.code(), Code::PermissionDenied, "{status}");
+    assert!(status.message().contains("names no replica"), "{status}");
+    let worker = cluster.ca.issue(cluster.root.path(), "cairn-worker-w1", &["w1"])?;
+    let status = raft(cluster.ca.files(Some(worker)).load_client()?).await?;
+    assert_eq!(status.code(), Code::PermissionDenied, "{status}");
+    assert!(status.message().contains("names worker `w1`"), "{status}");
+    // A replica's certificate of a node that is not a member is refused too.
+    let stranger = cluster.ca.issue(cluster.root.path(), "cairn-node-9", &["127.0.0.1"])?;
+    let status = raft(cluster.ca.files(Some(stranger)).load_client()?).await?;
+    assert_eq!(status.code(), Code::PermissionDenied, "{status}");
+    assert!(status.message().contains("node 9 is not a member"), "{status}");
+
+    // With a member's certificate the call reaches Raft (and its payload is judged).
+    let member = cluster.ca.issue(cluster.root.path(), "cairn-node-2", &["127.0.0.1"])?;
+    let status = raft(cluster.ca.files(Some(member)).load_client()?).await?;
     assert_eq!(status.code(), Code::InvalidArgument, "{status}");
 
     // A client certificate of another CA does not get through the handshake.
@@ -264,9 +281,11 @@ async fn a_worker_with_the_cluster_ca_runs_the_demo_job_to_a_checkpoint() -> any
     init_test_logging();
     let cluster = TlsCluster::start().await?;
     cluster.wait_leader().await?;
+    // Without a token: the worker's certificate (CN `cairn-worker-<id>`) authenticates it.
+    let identity = cluster.ca.issue(cluster.root.path(), "cairn-worker-tls-worker", &["tls-worker"])?;
     let worker = Worker::start(WorkerConfig {
         worker_id: Some("tls-worker".into()),
-        tls: Some(cluster.ca.files(None)),
+        tls: Some(cluster.ca.files(Some(identity))),
         ..WorkerConfig::new(cluster.endpoints())
     })?;
     let output = cluster.root.path().join("out");

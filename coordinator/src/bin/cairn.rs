@@ -88,6 +88,15 @@ struct Cli {
     /// the token itself may instead come from the CAIRN_ADMIN_TOKEN environment variable.
     #[arg(long, env = "CAIRN_ADMIN_TOKEN_FILE")]
     admin_token_file: Option<PathBuf>,
+    /// File holding the cluster secret that authenticates Raft calls between replicas without
+    /// TLS (the same on every replica, not the admin token); the secret itself may instead come
+    /// from the CAIRN_CLUSTER_SECRET environment variable.
+    #[arg(long, env = "CAIRN_CLUSTER_SECRET_FILE")]
+    cluster_secret_file: Option<PathBuf>,
+    /// File holding the worker tokens: one token shared by every worker, or `<worker-id> <token>`
+    /// lines; one shared token may instead come from the CAIRN_WORKER_TOKEN environment variable.
+    #[arg(long, env = "CAIRN_WORKER_TOKEN_FILE")]
+    worker_token_file: Option<PathBuf>,
     /// Log filter (tracing EnvFilter syntax), e.g. `info` or `cairn=debug,openraft=info`.
     #[arg(long, env = "CAIRN_LOG", default_value = "info,openraft=warn")]
     log: String,
@@ -172,6 +181,22 @@ fn build_config(cli: &Cli) -> anyhow::Result<NodeConfig> {
         let token = cairn_coordinator::auth::AdminToken::new(&v)
             .map_err(|e| anyhow::anyhow!("CAIRN_ADMIN_TOKEN: {e}"))?;
         c.admin_token = Some(token);
+    }
+    if let Some(v) = &cli.cluster_secret_file {
+        c.cluster_secret_file = Some(v.clone());
+    }
+    if let Ok(v) = std::env::var("CAIRN_CLUSTER_SECRET") {
+        let secret = cairn_proto::auth::Secret::new("the cluster secret", &v)
+            .map_err(|e| anyhow::anyhow!("CAIRN_CLUSTER_SECRET: {e}"))?;
+        c.cluster_secret = Some(secret);
+    }
+    if let Some(v) = &cli.worker_token_file {
+        c.worker_token_file = Some(v.clone());
+    }
+    if let Ok(v) = std::env::var("CAIRN_WORKER_TOKEN") {
+        let token = cairn_proto::auth::Secret::new("the worker token", &v)
+            .map_err(|e| anyhow::anyhow!("CAIRN_WORKER_TOKEN: {e}"))?;
+        c.worker_token = Some(token);
     }
     c.validate()
         .context("invalid configuration (see `cairn --help` and the README's configuration reference)")?;

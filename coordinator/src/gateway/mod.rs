@@ -1,5 +1,11 @@
 //! The task gateway service: one bidirectional stream per worker, served by the leader.
 //!
+//! Every `Attach` is counted against its source address ([`limit`]) and must authenticate
+//! ([`WorkerAuth`]: a worker token, or a client certificate naming the worker) before anything
+//! else, also on a replica that does not lead; the worker id it registers must be one its
+//! identity may use, and while a session for that id lives, another session must prove the same
+//! identity. A refused attach changes nothing.
+//!
 //! A replica that does not lead (or whose runtime for the term is not up yet) refuses `Attach`
 //! with the not-leader status and the leader hint. On the leader, the first message must be a
 //! valid `register`; then heartbeats and task reports flow in, and leader messages (all stamped
@@ -25,9 +31,14 @@ use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
+use crate::auth::{WorkerAuth, WorkerIdentity};
 use crate::leader::job::error_message;
 use crate::leader::{LeaderHandle, TermHandle, WorkerInfo};
 use crate::replica::ReplicaContext;
+
+pub mod limit;
+
+use limit::AttachLimiter;
 
 /// Largest message a worker may send (acknowledgements carry state handles).
 pub const MAX_WORKER_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
@@ -40,11 +51,13 @@ const REGISTER_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct GatewayService {
     ctx: ReplicaContext,
     leader: LeaderHandle,
+    auth: WorkerAuth,
+    limiter: std::sync::Arc<AttachLimiter>,
 }
 
 impl GatewayService {
-    pub fn new(ctx: ReplicaContext, leader: LeaderHandle) -> Self {
-        Self { ctx, leader }
+    pub fn new(ctx: ReplicaContext, leader: LeaderHandle, auth: WorkerAuth) -> Self {
+        Self { ctx, leader, auth, limiter: std::sync::Arc::new(AttachLimiter::default()) }
     }
 
     pub fn into_server(self) -> TaskGatewayServer<Self> {
@@ -63,7 +76,7 @@ impl GatewayService {
     }
 }
 
-fn validate_register(r: RegisterWorker) -> Result<WorkerInfo, Status> {
+fn validate_register(r: RegisterWorker, identity: WorkerIdentity) -> Result<WorkerInfo, Status> {
     let bad = |m: String| Err(Status::invalid_argument(m));
     if r.worker_id.is_empty() || r.worker_id.len() > 128 {
         return bad(format!("register.worker_id must be 1 to 128 characters, got {}", r.worker_id.len()));
@@ -71,6 +84,7 @@ fn validate_register(r: RegisterWorker) -> Result<WorkerInfo, Status> {
     if r.worker_id.chars().any(|c| c.is_control() || c.is_whitespace()) {
         return bad("register.worker_id must not contain whitespace or control characters".into());
     }
+    identity.allows(&r.worker_id)?;
     if r.slots == 0 || r.slots > 4096 {
         return bad(format!("register.slots must be between 1 and 4096, got {}", r.slots));
     }
@@ -86,6 +100,7 @@ fn validate_register(r: RegisterWorker) -> Result<WorkerInfo, Status> {
         slots: r.slots,
         tasks: r.tasks,
         highest_term_seen: r.highest_term_seen,
+        identity,
     })
 }
 
@@ -96,6 +111,8 @@ impl TaskGateway for GatewayService {
     type AttachStream = LeaderStream;
 
     async fn attach(&self, req: Request<Streaming<WorkerMessage>>) -> Result<Response<LeaderStream>, Status> {
+        self.limiter.admit(req.remote_addr().map(|a| a.ip()))?;
+        let identity = self.auth.authenticate(&req)?;
         let Some(term) = self.leader.current() else { return Err(self.not_leader()) };
         let mut inbound = req.into_inner();
         let first = match tokio::time::timeout(REGISTER_TIMEOUT, inbound.message()).await {
@@ -111,7 +128,7 @@ impl TaskGateway for GatewayService {
             Ok(Ok(Some(m))) => m,
         };
         let info = match first.body {
-            Some(worker_message::Body::Register(r)) => validate_register(r)?,
+            Some(worker_message::Body::Register(r)) => validate_register(r, identity)?,
             _ => return Err(Status::invalid_argument("the first message on a stream must be `register`")),
         };
         let worker_id = info.worker_id.clone();

@@ -20,6 +20,8 @@ pub struct WorkerInfo {
     pub slots: u32,
     pub tasks: Vec<AttachedTask>,
     pub highest_term_seen: u64,
+    /// What the worker proved on attaching; its id stays bound to it while the session lives.
+    pub identity: crate::auth::WorkerIdentity,
 }
 
 /// A worker's outbox, leased to a job for the life of a deployment.

@@ -80,6 +80,8 @@ struct Worker {
     slots: u32,
     outbox: mpsc::Sender<LeaderMessage>,
     connected: bool,
+    /// What the worker proved when this session attached.
+    identity: crate::auth::WorkerIdentity,
 }
 
 struct Runtime {
@@ -350,6 +352,14 @@ impl Runtime {
                 self.handle.term, info.highest_term_seen
             )));
         }
+        if let Some(live) = self.workers.get(&info.worker_id).filter(|w| w.connected)
+            && live.identity != info.identity
+        {
+            return Err(Status::permission_denied(format!(
+                "worker `{}` is attached with {}; another session for it must prove the same identity, not {}",
+                info.worker_id, live.identity, info.identity
+            )));
+        }
         let session = self.next_session;
         self.next_session += 1;
         let leased: u32 = self.leases.values().filter(|(w, _)| *w == info.worker_id).map(|(_, n)| *n).sum();
@@ -358,7 +368,13 @@ impl Runtime {
         }
         self.workers.insert(
             info.worker_id.clone(),
-            Worker { session, slots: info.slots, outbox: outbox.clone(), connected: true },
+            Worker {
+                session,
+                slots: info.slots,
+                outbox: outbox.clone(),
+                connected: true,
+                identity: info.identity.clone(),
+            },
         );
         self.liveness.seen(&info.worker_id, Instant::now());
         self.ctx.telemetry.set_registered_workers(self.workers.len());

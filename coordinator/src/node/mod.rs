@@ -18,7 +18,10 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::TcpListenerStream;
 
-use crate::auth::AdminAuth;
+use cairn_proto::auth::ClusterCredentials;
+use cairn_raft::service::PeerAuth;
+
+use crate::auth::{AdminAuth, WorkerAuth};
 use crate::config::NodeConfig;
 use crate::gateway::GatewayService;
 use crate::leader::{LeaderHandle, LeaderOptions, LeaderSupervisor};
@@ -63,6 +66,13 @@ pub struct Replica {
 
 /// Largest gRPC message a replica accepts (Raft batches and snapshot chunks stay well below).
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
+/// Concurrent HTTP/2 streams one connection may open (a worker needs one, a replica's Raft
+/// client a few, an operator tool a handful).
+pub const MAX_STREAMS_PER_CONNECTION: u32 = 256;
+/// Calls one connection may have in progress at once; more wait.
+pub const MAX_CALLS_PER_CONNECTION: u32 = 128;
+/// Largest header block a call may send (credentials, deadlines, request ids fit easily).
+pub const MAX_HEADER_LIST_BYTES: u32 = 64 * 1024;
 
 impl Replica {
     /// Opens storage, starts Raft and serves on `listener`.
@@ -76,10 +86,21 @@ impl Replica {
         let (log_store, sm_store) = cairn_storage::open(&data_dir)
             .map_err(|source| StartError::Storage { path: data_dir.clone(), source })?;
         let reader = sm_store.reader();
-        // After opening storage: a generated single-node token lives in the data directory.
-        let auth = AdminAuth::new(config.resolve_admin_token()?);
+        // After opening storage: generated single-node tokens live in the data directory.
+        let admin_token = config.resolve_admin_token()?;
+        let peer_auth = config.resolve_peer_auth(&admin_token)?;
+        let worker_auth = WorkerAuth::new(config.resolve_worker_tokens(&admin_token)?, tls.is_some());
+        let auth = AdminAuth::new(admin_token);
         let peer_tls = tls.as_ref().map(|t| t.peer_client());
-        let transport = TransportConfig { tls: peer_tls.clone(), ..TransportConfig::default() };
+        let peer_credentials = match &peer_auth {
+            PeerAuth::Secret(s) => Some(ClusterCredentials::new(config.node_id, Some(s))),
+            PeerAuth::Certificates | PeerAuth::Closed => None,
+        };
+        let transport = TransportConfig {
+            tls: peer_tls.clone(),
+            credentials: peer_credentials.clone(),
+            ..TransportConfig::default()
+        };
         let network = GrpcNetwork::new(config.node_id, transport);
         let raft = Raft::new(config.node_id, raft_config, network, log_store, sm_store)
             .await
@@ -91,6 +112,8 @@ impl Replica {
             advertise: Arc::from(config.advertise_addr()),
             telemetry: ReplicaMetrics::new(),
             peer_tls,
+            peer_credentials,
+            accepts_peers: !matches!(peer_auth, PeerAuth::Closed),
             default_restart_strategy: config.restart_strategy.clone().map(Arc::new),
         };
         let raft_gauges =
@@ -114,7 +137,11 @@ impl Replica {
             .build_v1()
             .map_err(|e| StartError::Raft(format!("cannot build the reflection service: {e}")))?;
         let (stop, mut stopped) = watch::channel(false);
-        let mut builder = tonic::transport::Server::builder();
+        // Bounds per connection, so that one peer cannot hold unbounded work on this replica.
+        let mut builder = tonic::transport::Server::builder()
+            .max_concurrent_streams(MAX_STREAMS_PER_CONNECTION)
+            .concurrency_limit_per_connection(MAX_CALLS_PER_CONNECTION as usize)
+            .http2_max_header_list_size(MAX_HEADER_LIST_BYTES);
         if let Some(tls) = &tls {
             builder = builder.tls_config(tls.server_config()).map_err(StartError::Tls)?;
         }
@@ -122,11 +149,10 @@ impl Replica {
             .add_service(health_service)
             .add_service(reflection)
             .add_service(
-                RaftService::new(raft.clone())
-                    .require_client_certificates(tls.is_some())
+                RaftService::new(raft.clone(), peer_auth, Arc::new(cairn_storage::check_snapshot))
                     .into_server(MAX_MESSAGE_BYTES),
             )
-            .add_service(GatewayService::new(ctx.clone(), leader.clone()).into_server())
+            .add_service(GatewayService::new(ctx.clone(), leader.clone(), worker_auth).into_server())
             // Operator services: every call must carry the admin token.
             .add_service(InterceptedService::new(
                 ClusterService::new(ctx.clone(), leader.clone()).into_server(),

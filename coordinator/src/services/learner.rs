@@ -78,6 +78,14 @@ pub(crate) async fn add_learner(
     addr: &str,
     deadline: Instant,
 ) -> Result<u64, NodeError> {
+    if !ctx.accepts_peers {
+        return Err(NodeError::FailedPrecondition(
+            "this replica runs alone without TLS or a cluster secret, so no other replica could \
+             authenticate to it: restart it (and start the new replica) with the same \
+             --cluster-secret-file, or with TLS, before adding members"
+                .into(),
+        ));
+    }
     let (ctx, addr) = (ctx.clone(), addr.to_owned());
     tokio::spawn(async move { add_and_wait(&ctx, node_id, &addr, deadline).await })
         .await

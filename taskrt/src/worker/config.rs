@@ -62,8 +62,16 @@ pub struct WorkerConfig {
     /// `host:port` of the Prometheus `/metrics` endpoint; none when unset.
     pub metrics_listen: Option<String>,
     /// TLS towards the replicas (`[tls]`: `ca_file`, and `cert_file` + `key_file` to present a
-    /// client certificate); unset connects in plaintext.
+    /// client certificate); unset connects in plaintext. A client certificate naming this worker
+    /// (`cairn://worker/<id>`) authenticates it without a token.
     pub tls: Option<cairn_proto::tls::TlsFiles>,
+    /// File holding the worker token the replicas accept (one line; a replica alone generates
+    /// one into `<data_dir>/worker-token`).
+    pub token_file: Option<PathBuf>,
+    /// The worker token itself (from `CAIRN_WORKER_TOKEN`; never from flags or the file, so it
+    /// stays out of `ps` and `--print-config`). Takes precedence over `token_file`.
+    #[serde(skip)]
+    pub token: Option<cairn_proto::auth::Secret>,
 }
 
 impl Default for WorkerConfig {
@@ -82,6 +90,8 @@ impl Default for WorkerConfig {
             log_format: LogFormat::Text,
             metrics_listen: None,
             tls: None,
+            token_file: None,
+            token: None,
         }
     }
 }
@@ -97,7 +107,12 @@ pub enum ConfigError {
     Invalid { key: &'static str, reason: String },
     #[error(transparent)]
     Tls(#[from] cairn_proto::tls::TlsError),
+    #[error("worker token: {0}")]
+    Token(String),
 }
+
+/// Longest accepted timeout or backoff.
+const MAX_TIMEOUT: Duration = Duration::from_secs(86_400);
 
 fn invalid(key: &'static str, reason: impl Into<String>) -> ConfigError {
     ConfigError::Invalid { key, reason: reason.into() }
@@ -164,12 +179,17 @@ impl WorkerConfig {
             return Err(invalid("reconnect_backoff_max", "must not be below reconnect_backoff_min"));
         }
         for (key, d) in [
+            ("reconnect_backoff_max", self.reconnect_backoff_max),
             ("connect_timeout", self.connect_timeout),
             ("register_timeout", self.register_timeout),
             ("cancel_timeout", self.cancel_timeout),
         ] {
             if d.is_zero() {
                 return Err(invalid(key, "must be above zero"));
+            }
+            // Larger values overflow the arithmetic of timers.
+            if d > MAX_TIMEOUT {
+                return Err(invalid(key, "must be at most 1 day"));
             }
         }
         if self.snapshot_concurrency == 0 {
@@ -185,6 +205,22 @@ impl WorkerConfig {
         }
         self.client_tls()?;
         Ok(())
+    }
+
+    /// The worker token to present: `token` (`CAIRN_WORKER_TOKEN`), else the one in
+    /// `token_file`, else none (a client certificate may authenticate the worker instead). Read
+    /// when the worker starts, like the admin token of a replica.
+    pub fn resolve_token(&self) -> Result<Option<cairn_proto::auth::Secret>, ConfigError> {
+        if let Some(t) = &self.token {
+            return Ok(Some(t.clone()));
+        }
+        let Some(path) = &self.token_file else { return Ok(None) };
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigError::Token(format!("cannot read the token file {}: {e}", path.display())))?;
+        let value = text.strip_suffix('\n').map(|t| t.strip_suffix('\r').unwrap_or(t)).unwrap_or(&text);
+        cairn_proto::auth::Secret::new("the worker token", value)
+            .map(Some)
+            .map_err(|e| ConfigError::Token(format!("token file {}: {e}", path.display())))
     }
 
     /// The TLS material to connect with, loaded and checked; `None` when TLS is not configured.
@@ -246,6 +282,9 @@ pub struct RunArgs {
     /// The private key of --tls-cert-file (PEM).
     #[arg(long, env = "CAIRN_WORKER_TLS_KEY_FILE")]
     pub tls_key_file: Option<PathBuf>,
+    /// File holding the worker token (the token itself may come from CAIRN_WORKER_TOKEN).
+    #[arg(long, env = "CAIRN_WORKER_TOKEN_FILE")]
+    pub token_file: Option<PathBuf>,
     /// Print the effective configuration as TOML and exit.
     #[arg(long)]
     pub print_config: bool,
@@ -259,6 +298,12 @@ impl RunArgs {
             None => WorkerConfig::default(),
         };
         self.apply(&mut c);
+        // The value only from the environment: a flag would show it in `ps`.
+        if let Ok(v) = std::env::var("CAIRN_WORKER_TOKEN") {
+            let token = cairn_proto::auth::Secret::new("the worker token", &v)
+                .map_err(|e| ConfigError::Token(format!("CAIRN_WORKER_TOKEN: {e}")))?;
+            c.token = Some(token);
+        }
         c.validate()?;
         Ok(c)
     }
@@ -308,6 +353,9 @@ impl RunArgs {
             self.tls_key_file.as_deref(),
             self.tls_ca_file.as_deref(),
         );
+        if let Some(v) = &self.token_file {
+            c.token_file = Some(v.clone());
+        }
     }
 }
 

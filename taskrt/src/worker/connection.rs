@@ -31,6 +31,9 @@ pub(crate) struct Connector {
     pub channels: HashMap<String, Channel>,
     /// TLS towards the replicas; `None` dials plaintext.
     pub tls: Option<cairn_proto::tls::ClientTls>,
+    /// `Bearer <worker token>`, sent with every `Attach`; `None` when a client certificate
+    /// authenticates the worker.
+    pub token: Option<tonic::metadata::AsciiMetadataValue>,
     pub fence: TermFence,
     pub host: mpsc::Sender<HostCommand>,
     pub jobs: watch::Receiver<JobsView>,
@@ -63,6 +66,7 @@ impl Connector {
                 slots: self.slots,
                 connect_timeout: self.connect_timeout,
                 register_timeout: self.register_timeout,
+                token: self.token.as_ref(),
                 fence: &mut self.fence,
                 host: &self.host,
                 jobs: &self.jobs,

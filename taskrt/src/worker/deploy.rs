@@ -3,7 +3,7 @@
 //! deployment covers (also when it cannot be decoded, so that a failure can be reported for each
 //! of them).
 
-use cairn_protocol::graph::{GraphError, JobGraph};
+use cairn_protocol::graph::{GraphError, JobGraph, MAX_MAX_PARALLELISM};
 use cairn_protocol::messages::{Deployment, TaskAttemptId, TaskId};
 
 use crate::runtime::{DeployError, JobDeployment, RuntimeOptions};
@@ -46,7 +46,9 @@ pub fn decode_graph(d: &Deployment) -> Result<JobGraph, GraphError> {
 /// decode, from whatever `vertices[].id` / `vertices[].parallelism` the JSON holds.
 pub fn task_attempts(d: &Deployment, graph: Option<&JobGraph>) -> Vec<TaskAttemptId> {
     let vertices: Vec<(String, u32)> = match graph {
-        Some(g) => g.vertices.iter().map(|v| (v.id.clone(), v.parallelism)).collect(),
+        Some(g) => {
+            g.vertices.iter().map(|v| (v.id.clone(), v.parallelism.min(MAX_MAX_PARALLELISM))).collect()
+        }
         None => d
             .graph
             .get("vertices")
@@ -70,8 +72,13 @@ pub fn task_attempts(d: &Deployment, graph: Option<&JobGraph>) -> Vec<TaskAttemp
                 attempt: d.attempt,
             })
         })
+        .take(MAX_REPORTED_TASKS)
         .collect()
 }
+
+/// Bound on the subtasks a deployment may name (a graph this large is refused anyway; the bound
+/// keeps a hostile one from exhausting memory while the refusal is reported).
+pub const MAX_REPORTED_TASKS: usize = 65_536;
 
 /// Bound on the subtasks named for an undecodable graph (it may say anything).
 const MAX_REPORTED_PARALLELISM: u32 = 4096;

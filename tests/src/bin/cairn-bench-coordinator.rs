@@ -123,8 +123,15 @@ async fn bench_cluster(tasks: u32, checkpoints: u64) -> anyhow::Result<Histogram
     let spec = serde_json::json!({ "graph": graph, "checkpoint": { "interval": "50ms" } });
     cluster.client()?.register_job("bench", &spec.to_string()).await?;
     let addrs: Vec<String> = cluster.addrs.values().map(|a| a.to_string()).collect();
-    let mut w =
-        ScriptedWorker::attach(&addrs, "bench-worker", tasks + 8, vec![], Duration::from_secs(30)).await?;
+    let mut w = ScriptedWorker::attach(
+        &addrs,
+        cluster.worker_token().expose(),
+        "bench-worker",
+        tasks + 8,
+        vec![],
+        Duration::from_secs(30),
+    )
+    .await?;
     let d = loop {
         if let FromLeader::Deploy(d) = w.next_non_heartbeat(Duration::from_secs(30)).await? {
             break *d;

@@ -133,8 +133,11 @@ pub async fn run_trial(schedule: &Schedule, config: &TrialConfig) -> anyhow::Res
     // Snapshots (and log purges behind them) every few hundred entries: a trial crosses several.
     args.extend(["--snapshot-after-logs".to_owned(), "300".to_owned()]);
     let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-    let mut cluster =
-        ProcCluster::start_with_options(REPLICAS, &refs, ProcOptions { metrics: false, data_dirs })?;
+    let mut cluster = ProcCluster::start_with_options(
+        REPLICAS,
+        &refs,
+        ProcOptions { metrics: false, data_dirs, ..ProcOptions::default() },
+    )?;
     let scratch = tempfile::Builder::new().prefix("cairn-powerloss-inspect-").tempdir()?;
     let mut report = TrialReport {
         schedule: schedule.clone(),

@@ -14,6 +14,16 @@ impl JobDriver {
         })?;
         let attempt = core_attempt(task.attempt, index);
         let current = self.deployed.as_ref().filter(|d| d.lease.worker_id == worker_id).map(|d| d.attempt);
+        // Only the worker a job is deployed on speaks for its checkpoints.
+        if let Some(d) = &self.deployed
+            && d.lease.worker_id != worker_id
+            && matches!(msg, TaskMessage::Acknowledge { .. } | TaskMessage::Decline { .. })
+        {
+            return Err(Status::permission_denied(format!(
+                "job `{}` runs on worker `{}`, not on `{worker_id}`: task {task} is not this worker's to report",
+                self.job, d.lease.worker_id
+            )));
+        }
         match msg {
             TaskMessage::Acknowledge { checkpoint_id, state, metrics, .. } => {
                 if checkpoint_id == 0 || checkpoint_id > self.max_allocated {

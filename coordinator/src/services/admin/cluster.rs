@@ -192,8 +192,15 @@ impl AdminService {
                 Err(_) => return Err(expired()),
             };
             // 2. The target starts an election.
-            super::transfer::ask_to_elect(&addr, self.ctx.id, term, deadline, self.ctx.peer_tls.as_ref())
-                .await?;
+            super::transfer::ask_to_elect(
+                &addr,
+                self.ctx.id,
+                term,
+                deadline,
+                self.ctx.peer_tls.as_ref(),
+                self.ctx.peer_credentials.as_ref(),
+            )
+            .await?;
             // 3. Someone leads in a later term (or the attempt's time is up): check who.
             let attempt_end = deadline.min(tokio::time::Instant::now() + TRANSFER_ATTEMPT);
             let mut rx = self.ctx.raft.metrics();

@@ -89,11 +89,10 @@ impl AdminService {
                 .map_err(|e| NodeError::InvalidArgument(format!("graph_json: {e}")))?
         };
         let restore_from = (!req.restore_from.trim().is_empty()).then(|| req.restore_from.clone());
-        if restore_from.as_deref().is_some_and(|d| !std::path::Path::new(d).is_absolute()) {
-            return Err(NodeError::InvalidArgument(format!(
-                "restore_from {:?} must be an absolute path (every replica and worker resolves it)",
-                req.restore_from
-            )));
+        if let Some(from) = &restore_from {
+            // Absolute (every replica and worker resolves it) and without `..`.
+            cairn_protocol::operators::check_absolute_path(from)
+                .map_err(|why| NodeError::InvalidArgument(format!("restore_from {why}")))?;
         }
         let restore_mode = match req.restore_mode.trim() {
             "" | "no_claim" => RestoreMode::NoClaim,

@@ -20,11 +20,10 @@ fn target_dir(raw: &str) -> Result<Option<String>, NodeError> {
     if raw.trim().is_empty() {
         return Ok(None);
     }
-    if !std::path::Path::new(raw).is_absolute() {
-        return Err(NodeError::InvalidArgument(format!(
-            "target_dir {raw:?} must be an absolute path (every replica and worker resolves it)"
-        )));
-    }
+    // Absolute (every replica and worker resolves it) and without `..` (it names the directory
+    // it says, nothing outside it).
+    cairn_protocol::operators::check_absolute_path(raw)
+        .map_err(|why| NodeError::InvalidArgument(format!("target_dir {why}")))?;
     Ok(Some(raw.to_owned()))
 }
 

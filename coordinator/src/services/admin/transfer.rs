@@ -13,19 +13,22 @@ pub(super) async fn ask_to_elect(
     term: u64,
     deadline: Instant,
     tls: Option<&cairn_proto::tls::ClientTls>,
+    credentials: Option<&cairn_proto::auth::ClusterCredentials>,
 ) -> Result<(), NodeError> {
     let unreachable = |e: String| NodeError::FailedPrecondition(format!("cannot reach node at {addr}: {e}"));
     let endpoint = cairn_proto::tls::endpoint(addr, tls).map_err(|e| unreachable(e.to_string()))?;
     let call = async {
         let channel = endpoint.connect().await.map_err(|e| unreachable(e.to_string()))?;
-        RaftClient::new(channel).trigger_election(TriggerElectionRequest { leader_id, term }).await.map_err(
-            |s| {
-                NodeError::FailedPrecondition(format!(
-                    "node at {addr} refused to start an election: {}",
-                    s.message()
-                ))
-            },
-        )
+        let mut request = tonic::Request::new(TriggerElectionRequest { leader_id, term });
+        if let Some(c) = credentials {
+            c.apply(&mut request);
+        }
+        RaftClient::new(channel).trigger_election(request).await.map_err(|s| {
+            NodeError::FailedPrecondition(format!(
+                "node at {addr} refused to start an election: {}",
+                s.message()
+            ))
+        })
     };
     match tokio::time::timeout_at(deadline, call).await {
         Ok(r) => r.map(|_| ()),

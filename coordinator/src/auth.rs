@@ -54,6 +54,12 @@ impl AdminToken {
     }
 }
 
+impl From<Secret> for AdminToken {
+    fn from(secret: Secret) -> Self {
+        Self(secret)
+    }
+}
+
 /// Interceptor that admits only calls carrying the admin token.
 #[derive(Clone, Debug)]
 pub struct AdminAuth {

@@ -485,23 +485,13 @@ pub fn ensure_secret_file(path: &Path, what: &str) -> Result<Secret, String> {
     read_secret_file(path, what)
 }
 
-/// Reads and validates a one-line secret file (a trailing newline is ignored); `what` names the
-/// secret in errors.
-pub fn read_secret_file(path: &Path, what: &str) -> Result<Secret, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read the file {} holding {what}: {e}", path.display()))?;
-    let value = text.strip_suffix('\n').map(|t| t.strip_suffix('\r').unwrap_or(t)).unwrap_or(&text);
-    Secret::new(what, value).map_err(|e| format!("file {}: {e}", path.display()))
-}
+pub use cairn_proto::auth::read_secret_file;
 
 /// Reads and validates a token file (one line; a trailing newline is ignored).
 pub fn read_token_file(path: &Path) -> Result<crate::auth::AdminToken, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        ConfigError::AdminToken(format!("cannot read the token file {}: {e}", path.display()))
-    })?;
-    let token = text.strip_suffix('\n').map(|t| t.strip_suffix('\r').unwrap_or(t)).unwrap_or(&text);
-    crate::auth::AdminToken::new(token)
-        .map_err(|e| ConfigError::AdminToken(format!("token file {}: {e}", path.display())))
+    read_secret_file(path, "the admin token")
+        .map(crate::auth::AdminToken::from)
+        .map_err(ConfigError::AdminToken)
 }
 
 /// Writes `contents` to a new file readable and writable by its owner only.
@@ -604,7 +594,7 @@ mod tests {
         assert_eq!(cluster.resolve_admin_token().unwrap().expose(), "0123456789abcdef");
         std::fs::write(&file, "short\n").unwrap();
         let err = cluster.resolve_admin_token().unwrap_err().to_string();
-        assert!(err.contains("token file") && err.contains("at least 16"), "{err}");
+        assert!(err.contains(&file.display().to_string()) && err.contains("at least 16"), "{err}");
         cluster.admin_token_file = Some(dir.path().join("missing"));
         assert!(cluster.resolve_admin_token().unwrap_err().to_string().contains("missing"));
         // The value itself wins over the file.

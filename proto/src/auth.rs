@@ -79,6 +79,23 @@ impl Secret {
     }
 }
 
+/// Reads a one-line secret file (a trailing newline is ignored) and validates it; `what` names
+/// the secret in errors, which name the file and never echo the value.
+pub fn read_secret_file(path: &std::path::Path, what: &str) -> Result<Secret, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read the file {} holding {what}: {e}", path.display()))?;
+    let value = text.strip_suffix('\n').map(|t| t.strip_suffix('\r').unwrap_or(t)).unwrap_or(&text);
+    Secret::new(what, value).map_err(|e| format!("file {}: {e}", path.display()))
+}
+
+/// The secret in the environment variable `var`, if set; the error names the variable.
+pub fn secret_from_env(var: &str, what: &str) -> Result<Option<Secret>, String> {
+    match std::env::var(var) {
+        Ok(v) => Secret::new(what, &v).map(Some).map_err(|e| format!("{var}: {e}")),
+        Err(_) => Ok(None),
+    }
+}
+
 /// The bearer token of a call's `authorization` metadata; the error says what is missing.
 pub fn bearer<T>(req: &Request<T>, what: &str) -> Result<Vec<u8>, Status> {
     let Some(value) = req.metadata().get(AUTHORIZATION_KEY) else {

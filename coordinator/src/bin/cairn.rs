@@ -10,6 +10,7 @@ use anyhow::Context;
 use cairn_coordinator::config::{NodeConfig, parse_peers};
 use cairn_coordinator::node::Replica;
 use cairn_process::shutdown::ShutdownSignals;
+use cairn_proto::auth::secret_from_env;
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
@@ -177,26 +178,22 @@ fn build_config(cli: &Cli) -> anyhow::Result<NodeConfig> {
         c.admin_token_file = Some(v.clone());
     }
     // The value only from the environment: a flag would show it in `ps`.
-    if let Ok(v) = std::env::var("CAIRN_ADMIN_TOKEN") {
-        let token = cairn_coordinator::auth::AdminToken::new(&v)
-            .map_err(|e| anyhow::anyhow!("CAIRN_ADMIN_TOKEN: {e}"))?;
-        c.admin_token = Some(token);
+    if let Some(t) = secret_from_env("CAIRN_ADMIN_TOKEN", "the admin token").map_err(anyhow::Error::msg)? {
+        c.admin_token = Some(t.into());
     }
     if let Some(v) = &cli.cluster_secret_file {
         c.cluster_secret_file = Some(v.clone());
     }
-    if let Ok(v) = std::env::var("CAIRN_CLUSTER_SECRET") {
-        let secret = cairn_proto::auth::Secret::new("the cluster secret", &v)
-            .map_err(|e| anyhow::anyhow!("CAIRN_CLUSTER_SECRET: {e}"))?;
-        c.cluster_secret = Some(secret);
+    if let Some(s) =
+        secret_from_env("CAIRN_CLUSTER_SECRET", "the cluster secret").map_err(anyhow::Error::msg)?
+    {
+        c.cluster_secret = Some(s);
     }
     if let Some(v) = &cli.worker_token_file {
         c.worker_token_file = Some(v.clone());
     }
-    if let Ok(v) = std::env::var("CAIRN_WORKER_TOKEN") {
-        let token = cairn_proto::auth::Secret::new("the worker token", &v)
-            .map_err(|e| anyhow::anyhow!("CAIRN_WORKER_TOKEN: {e}"))?;
-        c.worker_token = Some(token);
+    if let Some(t) = secret_from_env("CAIRN_WORKER_TOKEN", "the worker token").map_err(anyhow::Error::msg)? {
+        c.worker_token = Some(t);
     }
     c.validate()
         .context("invalid configuration (see `cairn --help` and the README's configuration reference)")?;

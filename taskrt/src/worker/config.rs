@@ -215,12 +215,7 @@ impl WorkerConfig {
             return Ok(Some(t.clone()));
         }
         let Some(path) = &self.token_file else { return Ok(None) };
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| ConfigError::Token(format!("cannot read the token file {}: {e}", path.display())))?;
-        let value = text.strip_suffix('\n').map(|t| t.strip_suffix('\r').unwrap_or(t)).unwrap_or(&text);
-        cairn_proto::auth::Secret::new("the worker token", value)
-            .map(Some)
-            .map_err(|e| ConfigError::Token(format!("token file {}: {e}", path.display())))
+        cairn_proto::auth::read_secret_file(path, "the worker token").map(Some).map_err(ConfigError::Token)
     }
 
     /// The TLS material to connect with, loaded and checked; `None` when TLS is not configured.
@@ -299,10 +294,10 @@ impl RunArgs {
         };
         self.apply(&mut c);
         // The value only from the environment: a flag would show it in `ps`.
-        if let Ok(v) = std::env::var("CAIRN_WORKER_TOKEN") {
-            let token = cairn_proto::auth::Secret::new("the worker token", &v)
-                .map_err(|e| ConfigError::Token(format!("CAIRN_WORKER_TOKEN: {e}")))?;
-            c.token = Some(token);
+        if let Some(t) = cairn_proto::auth::secret_from_env("CAIRN_WORKER_TOKEN", "the worker token")
+            .map_err(ConfigError::Token)?
+        {
+            c.token = Some(t);
         }
         c.validate()?;
         Ok(c)

@@ -248,6 +248,26 @@ impl NodeConfig {
         if self.data_dir.as_ref().is_some_and(|d| d.as_os_str().is_empty()) {
             return Err(invalid("data_dir", "must not be empty"));
         }
+        let tls = self.tls.as_ref();
+        for (key, path) in [
+            ("data_dir", self.data_dir.as_deref()),
+            ("checkpoint_dir", self.checkpoint_dir.as_deref()),
+            ("admin_token_file", self.admin_token_file.as_deref()),
+            ("cluster_secret_file", self.cluster_secret_file.as_deref()),
+            ("worker_token_file", self.worker_token_file.as_deref()),
+            ("tls.cert_file", tls.and_then(|t| t.cert_file.as_deref())),
+            ("tls.key_file", tls.and_then(|t| t.key_file.as_deref())),
+            ("tls.ca_file", tls.and_then(|t| t.ca_file.as_deref())),
+        ] {
+            if let Some(p) = path
+                && p.components().any(|c| c == std::path::Component::ParentDir)
+            {
+                return Err(invalid(
+                    key,
+                    format!("{} must not contain `..`: name the path itself", p.display()),
+                ));
+            }
+        }
         let mut seen = BTreeMap::new();
         for p in &self.peers {
             if p.id == 0 {
@@ -600,6 +620,47 @@ mod tests {
         // The value itself wins over the file.
         cluster.admin_token = Some(crate::auth::AdminToken::new("fedcba9876543210").unwrap());
         assert_eq!(cluster.resolve_admin_token().unwrap().expose(), "fedcba9876543210");
+    }
+
+    #[test]
+    fn raft_and_worker_credentials_are_required_with_peers_and_kept_apart() {
+        let dir = tempfile::tempdir().unwrap();
+        let admin = AdminToken::new("0123456789abcdef").unwrap();
+        // Alone: no peers to authenticate, a worker token generated once and reused.
+        let single = NodeConfig { data_dir: Some(dir.path().join("n1")), ..Default::default() };
+        assert!(matches!(single.resolve_peer_auth(&admin).unwrap(), PeerAuth::Closed));
+        let tokens = single.resolve_worker_tokens(&admin).unwrap();
+        assert_eq!(single.resolve_worker_tokens(&admin).unwrap(), tokens);
+        assert!(dir.path().join("n1").join(WORKER_TOKEN_FILE).exists());
+        // With peers: both missing credentials are named with their fixes.
+        let mut cluster = NodeConfig { peers: parse_peers("1=a:1,2=b:2").unwrap(), ..Default::default() };
+        let err = cluster.resolve_peer_auth(&admin).unwrap_err().to_string();
+        assert!(err.contains("--cluster-secret-file") && err.contains("TLS"), "{err}");
+        let err = cluster.resolve_worker_tokens(&admin).unwrap_err().to_string();
+        assert!(err.contains("--worker-token-file") && err.contains("cairn://worker/<id>"), "{err}");
+        // The secrets of different roles must differ.
+        cluster.cluster_secret = Some(admin.secret().clone());
+        assert!(cluster.resolve_peer_auth(&admin).unwrap_err().to_string().contains("differ"));
+        cluster.worker_token = Some(admin.secret().clone());
+        assert!(cluster.resolve_worker_tokens(&admin).unwrap_err().to_string().contains("differ"));
+        cluster.cluster_secret = Some(Secret::new("s", "fedcba9876543210").unwrap());
+        assert!(matches!(cluster.resolve_peer_auth(&admin).unwrap(), PeerAuth::Secret(_)));
+        // A bound token file.
+        let file = dir.path().join("tokens");
+        std::fs::write(&file, "w-1 1111111111111111\n").unwrap();
+        cluster.worker_token = None;
+        cluster.worker_token_file = Some(file);
+        assert!(!cluster.resolve_worker_tokens(&admin).unwrap().is_empty());
+    }
+
+    #[test]
+    fn configured_paths_must_not_climb_out_with_dot_dot() {
+        let c = NodeConfig { checkpoint_dir: Some("/srv/cairn/../etc".into()), ..Default::default() };
+        let err = c.validate().unwrap_err().to_string();
+        assert!(err.starts_with("`checkpoint_dir`") && err.contains("`..`"), "{err}");
+        let c = NodeConfig { worker_token_file: Some("../tokens".into()), ..Default::default() };
+        assert!(c.validate().unwrap_err().to_string().starts_with("`worker_token_file`"));
+        NodeConfig { data_dir: Some("relative/is/fine".into()), ..Default::default() }.validate().unwrap();
     }
 
     #[test]

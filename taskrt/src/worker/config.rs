@@ -203,6 +203,22 @@ impl WorkerConfig {
                 format!("{addr:?} is not a host:port address (e.g. 127.0.0.1:9101), or leave it unset"),
             ));
         }
+        let tls = self.tls.as_ref();
+        for (key, path) in [
+            ("token_file", self.token_file.as_deref()),
+            ("tls.cert_file", tls.and_then(|t| t.cert_file.as_deref())),
+            ("tls.key_file", tls.and_then(|t| t.key_file.as_deref())),
+            ("tls.ca_file", tls.and_then(|t| t.ca_file.as_deref())),
+        ] {
+            if let Some(p) = path
+                && p.components().any(|c| c == std::path::Component::ParentDir)
+            {
+                return Err(invalid(
+                    key,
+                    format!("{} must not contain `..`: name the path itself", p.display()),
+                ));
+            }
+        }
         self.client_tls()?;
         Ok(())
     }

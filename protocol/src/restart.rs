@@ -11,7 +11,13 @@
 //! | `none` | never | at the first failure |
 //! | `fixed-delay` | after `delay` | after `attempts` restarts |
 //! | `failure-rate` | after `delay` | when more than `max_failures_per_interval` failures fall in `failure_rate_interval` |
-//! | `exponential-delay` | after a backoff from `initial_backoff`, times `backoff_multiplier` per failure, up to `max_backoff`, ± `jitter_factor`; reset after `reset_backoff_threshold` without failure | after `attempts_before_reset_backoff` failures without a reset (unlimited by default) |
+//! | `exponential-delay` | after a backoff from `initial_backoff`, times `backoff_multiplier` per failure, up to `max_backoff`, ± `jitter_factor`; reset after `reset_backoff_threshold` without failure, or when a checkpoint completes | after `attempts_before_reset_backoff` failures without a reset (unlimited by default) |
+//!
+//! One rule is Cairn's own: a completed checkpoint also resets the exponential backoff
+//! ([`RestartState::on_checkpoint_completed`]). Flink's restart strategies cannot see checkpoints,
+//! so they reset only on quiet time (an hour by default); a job that recovered and made durable
+//! progress since its last failure is not in a crash loop, and its next, unrelated failure should
+//! not wait up to `max_backoff`. A loop that never gets to a checkpoint still backs off.
 //!
 //! `exponential-delay` is the default when the job checkpoints periodically, `none` otherwise
 //! (as in Flink); a job's spec or the cluster's configuration may name another.
@@ -352,6 +358,18 @@ pub struct RestartState {
     pub failure_times: VecDeque<u64>,
 }
 
+impl RestartState {
+    /// The job completed a checkpoint: it recovered and made durable progress, so its next
+    /// failure starts a new incident: exponential-delay backs off from `initial_backoff` again
+    /// and counts `attempts_before_reset_backoff` afresh. What counts over the job's life
+    /// (failures, fixed-delay's restarts, failure-rate's window) stays.
+    pub fn on_checkpoint_completed(&mut self) {
+        self.backoff_ms = 0;
+        self.attempts_since_reset = 0;
+        self.previous_failure_ms = None;
+    }
+}
+
 impl fmt::Display for RestartStrategy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
@@ -440,6 +458,29 @@ mod tests {
         t += 200 * S;
         assert_eq!(at(&s.on_failure(&mut st, t, 0.0, "x")) - t, 1000);
         assert_eq!(st.attempts_since_reset, 1);
+    }
+
+    #[test]
+    fn a_completed_checkpoint_resets_the_backoff_but_not_the_lifetime_counts() {
+        let s = RestartStrategy::exponential_delay();
+        let mut st = RestartState::default();
+        let mut t = 0;
+        for _ in 0..20 {
+            t += S;
+            s.on_failure(&mut st, t, 0.0, "storage full");
+        }
+        assert_eq!(st.backoff_ms, 60_000, "twenty failures in a row reach the cap");
+        st.on_checkpoint_completed();
+        t += S;
+        assert_eq!(at(&s.on_failure(&mut st, t, 0.0, "x")) - t, 1000, "a new incident starts small");
+        assert_eq!((st.failures, st.restarts), (21, 21));
+        // fixed-delay keeps counting its restarts across checkpoints.
+        let fixed = RestartStrategy::fixed_delay(2, Duration::from_secs(1));
+        let mut st = RestartState::default();
+        fixed.on_failure(&mut st, S, 0.0, "x");
+        st.on_checkpoint_completed();
+        fixed.on_failure(&mut st, 2 * S, 0.0, "x");
+        assert!(matches!(fixed.on_failure(&mut st, 3 * S, 0.0, "x"), RestartDecision::GiveUp { .. }));
     }
 
     #[test]

@@ -193,6 +193,8 @@ fn apply_to_live_job(job: &mut JobRecord, cmd: &Command) -> Result<Outcome, Comm
             job.completed.push(checkpoint.clone());
             // Saturating: the count comes from a row or a snapshot, not only from this log.
             job.num_completed = job.num_completed.saturating_add(1);
+            // The job made durable progress: its next failure is a new incident.
+            job.restart.on_checkpoint_completed();
             Ok(Outcome::Subsumed { checkpoints: apply_retention(job) })
         }
         Command::RegisterSavepoint { savepoint, .. } => {

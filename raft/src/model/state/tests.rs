@@ -389,6 +389,28 @@ fn a_failure_restarts_per_strategy_and_the_state_is_replicated() {
 }
 
 #[test]
+fn a_completed_checkpoint_starts_the_next_failure_at_the_initial_backoff() {
+    let mut sm = StateMachineData::default();
+    register(&mut sm, "a", 2);
+    sm.apply(&Command::SetJobStatus { job: jid("a"), status: JobStatus::Running }).unwrap();
+    let exp = RestartStrategy::exponential_delay();
+    let delay = |o: Outcome| match o {
+        Outcome::RestartDecided { decision: RestartDecision::Restart { delay_ms, .. } } => delay_ms,
+        other => panic!("must restart: {other:?}"),
+    };
+    let mut delays = Vec::new();
+    for i in 0..3 {
+        delays.push(delay(record_failure(&mut sm, "a", 1_000 * (i + 1), exp.clone())));
+        sm.apply(&Command::SetJobStatus { job: jid("a"), status: JobStatus::Running }).unwrap();
+    }
+    assert_eq!(delays, vec![1_000, 1_500, 2_250]);
+    let id = allocate(&mut sm, "a");
+    add(&mut sm, "a", id).unwrap();
+    assert_eq!(delay(record_failure(&mut sm, "a", 10_000, exp)), 1_000);
+    assert_eq!(sm.job(&jid("a")).unwrap().restart.failures, 4);
+}
+
+#[test]
 fn an_invalid_strategy_is_refused_and_changes_nothing() {
     let mut sm = StateMachineData::default();
     register(&mut sm, "a", 1);

@@ -249,7 +249,7 @@ impl NodeConfig {
             return Err(invalid("data_dir", "must not be empty"));
         }
         let tls = self.tls.as_ref();
-        for (key, path) in [
+        if let Some((key, why)) = cairn_protocol::operators::first_climbing_path(&[
             ("data_dir", self.data_dir.as_deref()),
             ("checkpoint_dir", self.checkpoint_dir.as_deref()),
             ("admin_token_file", self.admin_token_file.as_deref()),
@@ -258,15 +258,8 @@ impl NodeConfig {
             ("tls.cert_file", tls.and_then(|t| t.cert_file.as_deref())),
             ("tls.key_file", tls.and_then(|t| t.key_file.as_deref())),
             ("tls.ca_file", tls.and_then(|t| t.ca_file.as_deref())),
-        ] {
-            if let Some(p) = path
-                && p.components().any(|c| c == std::path::Component::ParentDir)
-            {
-                return Err(invalid(
-                    key,
-                    format!("{} must not contain `..`: name the path itself", p.display()),
-                ));
-            }
+        ]) {
+            return Err(ConfigError::Invalid { key, reason: why });
         }
         let mut seen = BTreeMap::new();
         for p in &self.peers {

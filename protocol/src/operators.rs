@@ -156,6 +156,16 @@ pub fn check_absolute_path(s: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// The first of `paths` (a configuration key and its path, if set) that climbs out with a `..`
+/// component, with the reason; relative paths are allowed. For the replica's and the worker's
+/// own configuration, which may be relative to their working directory.
+pub fn first_climbing_path<'a>(paths: &[(&'a str, Option<&Path>)]) -> Option<(&'a str, String)> {
+    paths.iter().find_map(|(key, path)| {
+        path.filter(|p| p.components().any(|c| c == Component::ParentDir))
+            .map(|p| (*key, format!("{} must not contain `..`: name the path itself", p.display())))
+    })
+}
+
 /// The kinds a graph may name, by name.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct OperatorCatalog {

@@ -204,20 +204,13 @@ impl WorkerConfig {
             ));
         }
         let tls = self.tls.as_ref();
-        for (key, path) in [
+        if let Some((key, why)) = cairn_protocol::operators::first_climbing_path(&[
             ("token_file", self.token_file.as_deref()),
             ("tls.cert_file", tls.and_then(|t| t.cert_file.as_deref())),
             ("tls.key_file", tls.and_then(|t| t.key_file.as_deref())),
             ("tls.ca_file", tls.and_then(|t| t.ca_file.as_deref())),
-        ] {
-            if let Some(p) = path
-                && p.components().any(|c| c == std::path::Component::ParentDir)
-            {
-                return Err(invalid(
-                    key,
-                    format!("{} must not contain `..`: name the path itself", p.display()),
-                ));
-            }
+        ]) {
+            return Err(ConfigError::Invalid { key, reason: why });
         }
         self.client_tls()?;
         Ok(())

@@ -1,4 +1,5 @@
-//! The admin token on every call: `authorization: Bearer <token>` metadata.
+//! A bearer token on every call (`authorization: Bearer <token>`): the admin token of an
+//! operator, or the worker token of a worker.
 
 use tonic::Status;
 use tonic::transport::Channel;

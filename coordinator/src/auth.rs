@@ -16,8 +16,6 @@ use cairn_proto::auth::{Secret, bearer};
 use cairn_proto::identity::{PeerIdentity, identity_of};
 use tonic::{Request, Status};
 
-pub use cairn_proto::auth::{MAX_SECRET_LEN as MAX_TOKEN_LEN, MIN_SECRET_LEN as MIN_TOKEN_LEN};
-
 /// The cluster's admin token: at least 16 bytes of printable ASCII, no whitespace. Its `Debug`
 /// output never shows the value.
 #[derive(Clone, PartialEq, Eq)]

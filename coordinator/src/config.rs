@@ -328,8 +328,7 @@ impl NodeConfig {
     /// `admin_token_file`, or, for a single-node cluster with neither, a token generated into
     /// `<data_dir>/admin-token` (mode 0600) on first start and reused afterwards. A replica with
     /// peers must be given one. Call after the data directory exists.
-    pub fn resolve_admin_token(&self) -> Result<crate::auth::AdminToken, ConfigError> {
-        use crate::auth::AdminToken;
+    pub fn resolve_admin_token(&self) -> Result<AdminToken, ConfigError> {
         if let Some(t) = &self.admin_token {
             return Ok(t.clone());
         }
@@ -344,17 +343,23 @@ impl NodeConfig {
                     .into(),
             ));
         }
-        let path = self.data_dir().join(ADMIN_TOKEN_FILE);
-        if path.exists() {
-            let token = read_token_file(&path)?;
-            tracing::info!(path = %path.display(), "admin token read from the data directory");
-            return Ok(token);
+        self.secret_in_data_dir(ADMIN_TOKEN_FILE, "the admin token", "cairnctl --token-file")
+            .map(AdminToken::from)
+            .map_err(ConfigError::AdminToken)
+    }
+
+    /// The secret this replica keeps in its data directory as `name`, generated there (mode 0600)
+    /// on first start and reused afterwards; the log says which, and who needs the file.
+    fn secret_in_data_dir(&self, name: &str, what: &str, used_by: &str) -> Result<Secret, String> {
+        let path = self.data_dir().join(name);
+        let generated = !path.exists();
+        let secret = ensure_secret_file(&path, what)?;
+        if generated {
+            tracing::info!(path = %path.display(), secret = what, used_by, "generated a secret in the data directory");
+        } else {
+            tracing::info!(path = %path.display(), secret = what, "secret read from the data directory");
         }
-        let token = AdminToken::generate();
-        write_private(&path, token.expose())
-            .map_err(|e| ConfigError::AdminToken(format!("cannot write {}: {e}", path.display())))?;
-        tracing::info!(path = %path.display(), "generated an admin token; pass this file to cairnctl --token-file");
-        Ok(token)
+        Ok(secret)
     }
 
     /// How this replica authenticates the replicas that call its Raft service: their TLS
@@ -423,17 +428,9 @@ impl NodeConfig {
                     .into(),
             ));
         } else {
-            let path = self.data_dir().join(WORKER_TOKEN_FILE);
-            let token = if path.exists() {
-                read_secret_file(&path, "the worker token").map_err(ConfigError::WorkerTokens)?
-            } else {
-                let token = Secret::generate();
-                write_private(&path, token.expose()).map_err(|e| {
-                    ConfigError::WorkerTokens(format!("cannot write {}: {e}", path.display()))
-                })?;
-                tracing::info!(path = %path.display(), "generated a worker token; pass this file to cairn-worker --token-file");
-                token
-            };
+            let token = self
+                .secret_in_data_dir(WORKER_TOKEN_FILE, "the worker token", "cairn-worker --token-file")
+                .map_err(ConfigError::WorkerTokens)?;
             WorkerTokens::shared(token)
         };
         if tokens.contains(admin.secret()) {

@@ -1,6 +1,6 @@
 //! How a caller proves who it is, for every port of a replica: the secrets (the admin token, the
-//! worker token, the cluster secret), the metadata that carries them, and the interceptor that
-//! adds them to a client's calls.
+//! worker token, the cluster secret), how they are read, the metadata that carries them, and the
+//! credentials a replica adds to its Raft calls.
 //!
 //! | caller | service | credential |
 //! | --- | --- | --- |
@@ -119,24 +119,21 @@ pub fn bearer<T>(req: &Request<T>, what: &str) -> Result<Vec<u8>, Status> {
 #[derive(Clone, Debug)]
 pub struct ClusterCredentials {
     node_id: MetadataValue<Ascii>,
-    secret: Option<MetadataValue<Ascii>>,
+    secret: MetadataValue<Ascii>,
 }
 
 impl ClusterCredentials {
-    pub fn new(node_id: u64, secret: Option<&Secret>) -> Self {
-        Self {
-            node_id: MetadataValue::from(node_id),
-            // A validated secret is printable ASCII, always a valid header value.
-            secret: secret.and_then(|s| s.expose().parse().ok()),
-        }
+    pub fn new(node_id: u64, secret: &Secret) -> Self {
+        // A validated secret is printable ASCII, always a valid header value.
+        let secret =
+            MetadataValue::try_from(secret.expose()).unwrap_or_else(|_| MetadataValue::from_static(""));
+        Self { node_id: MetadataValue::from(node_id), secret }
     }
 
     /// Adds the credentials to a request's metadata.
     pub fn apply<T>(&self, req: &mut Request<T>) {
         req.metadata_mut().insert(NODE_ID_KEY, self.node_id.clone());
-        if let Some(s) = &self.secret {
-            req.metadata_mut().insert(CLUSTER_SECRET_KEY, s.clone());
-        }
+        req.metadata_mut().insert(CLUSTER_SECRET_KEY, self.secret.clone());
     }
 }
 

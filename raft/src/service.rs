@@ -75,8 +75,8 @@ impl RaftService {
         let node = match &self.auth {
             PeerAuth::Closed => return Err(Status::unauthenticated(RAFT_CLOSED)),
             PeerAuth::Certificates => {
-                let certs = req.peer_certs().filter(|c| !c.is_empty());
-                let Some(leaf) = certs.as_ref().and_then(|c| c.first()) else {
+                let certs = req.peer_certs();
+                let Some(leaf) = certs.as_deref().and_then(|c| c.first()) else {
                     return Err(Status::unauthenticated(CLIENT_CERT_REQUIRED));
                 };
                 match identity_of(leaf.as_ref()) {
@@ -120,7 +120,9 @@ impl RaftService {
                 }
             }
         };
-        let metrics = self.raft.metrics().borrow().clone();
+        // Borrowed, not cloned: this runs for every heartbeat.
+        let metrics = self.raft.metrics();
+        let metrics = metrics.borrow();
         let membership = metrics.membership_config.membership();
         // A replica that has not joined a cluster yet knows no members: it accepts any replica
         // that proved to be one (the leader adding it as a learner).

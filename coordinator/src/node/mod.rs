@@ -93,7 +93,7 @@ impl Replica {
         let auth = AdminAuth::new(admin_token);
         let peer_tls = tls.as_ref().map(|t| t.peer_client());
         let peer_credentials = match &peer_auth {
-            PeerAuth::Secret(s) => Some(ClusterCredentials::new(config.node_id, Some(s))),
+            PeerAuth::Secret(s) => Some(ClusterCredentials::new(config.node_id, s)),
             PeerAuth::Certificates | PeerAuth::Closed => None,
         };
         let transport = TransportConfig {

@@ -31,9 +31,9 @@ pub(crate) struct Connector {
     pub channels: HashMap<String, Channel>,
     /// TLS towards the replicas; `None` dials plaintext.
     pub tls: Option<cairn_proto::tls::ClientTls>,
-    /// `Bearer <worker token>`, sent with every `Attach`; `None` when a client certificate
-    /// authenticates the worker.
-    pub token: Option<tonic::metadata::AsciiMetadataValue>,
+    /// Adds `authorization: Bearer <worker token>` to every `Attach` (nothing when a client
+    /// certificate authenticates the worker).
+    pub auth: cairn_client::BearerAuth,
     pub fence: TermFence,
     pub host: mpsc::Sender<HostCommand>,
     pub jobs: watch::Receiver<JobsView>,
@@ -66,7 +66,7 @@ impl Connector {
                 slots: self.slots,
                 connect_timeout: self.connect_timeout,
                 register_timeout: self.register_timeout,
-                token: self.token.as_ref(),
+                auth: &self.auth,
                 fence: &mut self.fence,
                 host: &self.host,
                 jobs: &self.jobs,

@@ -156,10 +156,9 @@ impl Worker {
     ) -> Result<WorkerHandle, WorkerError> {
         config.validate()?;
         let tls = config.client_tls()?;
-        // A validated token is printable ASCII: always a valid header value.
-        let token = config.resolve_token()?.and_then(|t| {
-            format!("Bearer {}", t.expose()).parse::<tonic::metadata::AsciiMetadataValue>().ok()
-        });
+        let token = config.resolve_token()?;
+        let auth = cairn_client::BearerAuth::new(token.as_ref().map(|t| t.expose()))
+            .map_err(|e| ConfigError::Token(e.to_string()))?;
         let worker_id = config.effective_worker_id();
         let (host_tx, host_rx) = mpsc::channel(host::COMMAND_CAPACITY);
         let (jobs_tx, jobs_rx) = watch::channel(JobsView { slots: config.slots, ..JobsView::default() });
@@ -188,7 +187,7 @@ impl Worker {
             ),
             channels: HashMap::new(),
             tls,
-            token,
+            auth,
             fence: TermFence::default(),
             host: host_tx.clone(),
             jobs: jobs_rx.clone(),

@@ -75,8 +75,8 @@ pub(crate) struct Session<'a> {
     pub slots: u32,
     pub connect_timeout: Duration,
     pub register_timeout: Duration,
-    /// `Bearer <worker token>` for `Attach`, when the worker has one.
-    pub token: Option<&'a tonic::metadata::AsciiMetadataValue>,
+    /// The worker token for `Attach`, when the worker has one.
+    pub auth: &'a cairn_client::BearerAuth,
     /// Term fencing for the whole worker process (owned by the connection loop).
     pub fence: &'a mut TermFence,
     pub host: &'a mpsc::Sender<HostCommand>,
@@ -143,12 +143,8 @@ impl Session<'_> {
         channel: Channel,
         out_rx: mpsc::Receiver<WorkerMessage>,
     ) -> Result<Streaming<LeaderMessage>, SessionError> {
-        let mut client = TaskGatewayClient::new(channel);
-        let mut request = tonic::Request::new(ReceiverStream::new(out_rx));
-        if let Some(token) = self.token {
-            request.metadata_mut().insert(cairn_proto::auth::AUTHORIZATION_KEY, token.clone());
-        }
-        let call = client.attach(request);
+        let mut client = TaskGatewayClient::with_interceptor(channel, self.auth.clone());
+        let call = client.attach(ReceiverStream::new(out_rx));
         match tokio::time::timeout(self.connect_timeout, call).await {
             Err(_) => Err(SessionError::AttachTimeout(self.connect_timeout)),
             Ok(Err(status)) => Err(refusal(status)),

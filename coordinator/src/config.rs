@@ -405,8 +405,13 @@ impl NodeConfig {
     /// every worker), `worker_token_file`, or, for a single replica with neither, a token
     /// generated into `<data_dir>/worker-token` (mode 0600) on first start and reused. A replica
     /// with peers and neither accepts only workers with a certificate, so it needs TLS. No worker
-    /// token may be the admin token. Call after the data directory exists.
-    pub fn resolve_worker_tokens(&self, admin: &AdminToken) -> Result<WorkerTokens, ConfigError> {
+    /// token may be the admin token or the cluster secret of `peers`. Call after the data
+    /// directory exists.
+    pub fn resolve_worker_tokens(
+        &self,
+        admin: &AdminToken,
+        peers: &PeerAuth,
+    ) -> Result<WorkerTokens, ConfigError> {
         let tokens = if let Some(t) = &self.worker_token {
             WorkerTokens::shared(t.clone())
         } else if let Some(path) = &self.worker_token_file {
@@ -437,6 +442,15 @@ impl NodeConfig {
             return Err(ConfigError::WorkerTokens(
                 "a worker token must differ from the admin token: a worker holding it could administer \
                  the cluster"
+                    .into(),
+            ));
+        }
+        if let PeerAuth::Secret(secret) = peers
+            && tokens.contains(secret)
+        {
+            return Err(ConfigError::WorkerTokens(
+                "a worker token must differ from the cluster secret: a worker holding it could act as \
+                 a replica"
                     .into(),
             ));
         }
@@ -619,28 +633,38 @@ mod tests {
         // Alone: no peers to authenticate, a worker token generated once and reused.
         let single = NodeConfig { data_dir: Some(dir.path().join("n1")), ..Default::default() };
         assert!(matches!(single.resolve_peer_auth(&admin).unwrap(), PeerAuth::Closed));
-        let tokens = single.resolve_worker_tokens(&admin).unwrap();
-        assert_eq!(single.resolve_worker_tokens(&admin).unwrap(), tokens);
+        let tokens = single.resolve_worker_tokens(&admin, &PeerAuth::Closed).unwrap();
+        assert_eq!(single.resolve_worker_tokens(&admin, &PeerAuth::Closed).unwrap(), tokens);
         assert!(dir.path().join("n1").join(WORKER_TOKEN_FILE).exists());
         // With peers: both missing credentials are named with their fixes.
         let mut cluster = NodeConfig { peers: parse_peers("1=a:1,2=b:2").unwrap(), ..Default::default() };
         let err = cluster.resolve_peer_auth(&admin).unwrap_err().to_string();
         assert!(err.contains("--cluster-secret-file") && err.contains("TLS"), "{err}");
-        let err = cluster.resolve_worker_tokens(&admin).unwrap_err().to_string();
+        let err = cluster.resolve_worker_tokens(&admin, &PeerAuth::Closed).unwrap_err().to_string();
         assert!(err.contains("--worker-token-file") && err.contains("cairn://worker/<id>"), "{err}");
         // The secrets of different roles must differ.
         cluster.cluster_secret = Some(admin.secret().clone());
         assert!(cluster.resolve_peer_auth(&admin).unwrap_err().to_string().contains("differ"));
         cluster.worker_token = Some(admin.secret().clone());
-        assert!(cluster.resolve_worker_tokens(&admin).unwrap_err().to_string().contains("differ"));
+        assert!(
+            cluster
+                .resolve_worker_tokens(&admin, &PeerAuth::Closed)
+                .unwrap_err()
+                .to_string()
+                .contains("differ")
+        );
         cluster.cluster_secret = Some(Secret::new("s", "fedcba9876543210").unwrap());
         assert!(matches!(cluster.resolve_peer_auth(&admin).unwrap(), PeerAuth::Secret(_)));
+        let raft = PeerAuth::Secret(Secret::new("s", "fedcba9876543210").unwrap());
+        cluster.worker_token = Some(Secret::new("w", "fedcba9876543210").unwrap());
+        let err = cluster.resolve_worker_tokens(&admin, &raft).unwrap_err().to_string();
+        assert!(err.contains("differ from the cluster secret"), "{err}");
         // A bound token file.
         let file = dir.path().join("tokens");
         std::fs::write(&file, "w-1 1111111111111111\n").unwrap();
         cluster.worker_token = None;
         cluster.worker_token_file = Some(file);
-        assert!(!cluster.resolve_worker_tokens(&admin).unwrap().is_empty());
+        assert!(!cluster.resolve_worker_tokens(&admin, &PeerAuth::Closed).unwrap().is_empty());
     }
 
     #[test]

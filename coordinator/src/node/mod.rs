@@ -89,7 +89,8 @@ impl Replica {
         // After opening storage: generated single-node tokens live in the data directory.
         let admin_token = config.resolve_admin_token()?;
         let peer_auth = config.resolve_peer_auth(&admin_token)?;
-        let worker_auth = WorkerAuth::new(config.resolve_worker_tokens(&admin_token)?, tls.is_some());
+        let worker_auth =
+            WorkerAuth::new(config.resolve_worker_tokens(&admin_token, &peer_auth)?, tls.is_some());
         let auth = AdminAuth::new(admin_token);
         let peer_tls = tls.as_ref().map(|t| t.peer_client());
         let peer_credentials = match &peer_auth {

@@ -25,6 +25,7 @@
 
 mod codec;
 mod durable;
+mod group_commit;
 pub mod layout;
 mod log_store;
 mod state_machine;

@@ -6,8 +6,12 @@
 //!
 //! - `save_vote` returns only after the vote is durable on disk (a node must never vote twice
 //!   in a term, even across a power loss);
-//! - `append` writes all entries in one atomic batch, flushes and fsyncs, and only then
-//!   reports the I/O complete to openraft (which then may acknowledge them to the leader);
+//! - `append` writes all entries in one atomic batch and hands openraft's callback to the
+//!   [group commit](crate::group_commit): the callback completes (and openraft may acknowledge
+//!   the entries to the leader) only after a flush and fsync that covers them, one flush for
+//!   every append that queued meanwhile;
+//! - `truncate` first waits for every earlier append to complete, so that no completion of a
+//!   removed entry arrives after the removal;
 //! - `purge` records the new purge point before deleting the entries behind it, so a crash in
 //!   between leaves extra entries (deleted again at the next open), never a hole.
 //!
@@ -29,6 +33,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::codec;
+use crate::group_commit::GroupCommit;
 use crate::layout::{self, COMMITTED_KEY, LAST_PURGED_KEY, Trees, VOTE_KEY};
 
 /// The sled-backed Raft log store. Cheap to clone: clones share the same trees, and a clone is
@@ -38,6 +43,7 @@ pub struct LogStore {
     trees: Trees,
     log: sled::Tree,
     meta: sled::Tree,
+    commit: GroupCommit,
 }
 
 impl std::fmt::Debug for LogStore {
@@ -50,7 +56,12 @@ impl LogStore {
     /// Validates the persisted metadata and the last entry, and completes a purge that a crash
     /// interrupted.
     pub(crate) fn open(trees: &Trees) -> Result<Self, StorageError> {
-        let store = Self { trees: trees.clone(), log: trees.log.clone(), meta: trees.raft_meta.clone() };
+        let store = Self {
+            trees: trees.clone(),
+            log: trees.log.clone(),
+            meta: trees.raft_meta.clone(),
+            commit: GroupCommit::default(),
+        };
         store.vote()?;
         store.committed()?;
         if let Some(purged) = store.last_purged()? {
@@ -182,7 +193,8 @@ impl LogStore {
         Ok(removed)
     }
 
-    async fn append_entries(
+    /// Writes the entries in one batch; not yet durable.
+    fn write_entries(
         &self,
         entries: impl Iterator<Item = Entry>,
     ) -> Result<(u64, Option<LogId>), StorageError> {
@@ -197,7 +209,6 @@ impl LogStore {
             last = Some(entry.log_id);
         }
         self.log.apply_batch(batch).map_err(|e| StorageIOError::write_logs(&e))?;
-        self.flush(ErrorSubject::Logs).await?;
         Ok((count, last))
     }
 }
@@ -295,10 +306,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        match self.append_entries(entries.into_iter()).await {
+        match self.write_entries(entries.into_iter()) {
             Ok((count, last)) => {
-                tracing::trace!(count, last = ?last, "appended and flushed raft log entries");
-                callback.log_io_completed(Ok(()));
+                tracing::trace!(count, last = ?last, "appended raft log entries; flush queued");
+                self.commit.submit(self.trees.clone(), callback).await;
                 Ok(())
             }
             Err(e) => {
@@ -310,6 +321,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
+        self.commit.barrier().await.map_err(|e| StorageIOError::write_logs(AnyError::new(&e)))?;
         let removed = self.remove_range(layout::log_key(log_id.index)..)?;
         self.flush(ErrorSubject::Logs).await?;
         tracing::debug!(since = %log_id, removed, "truncated raft log");

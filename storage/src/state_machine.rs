@@ -8,10 +8,17 @@
 //!
 //! The state is persisted as it is applied, not only through snapshots: `apply` writes every
 //! job row a batch touched (or its removal), the last applied log id and the last membership
-//! in one sled transaction, flushes and fsyncs, and only then publishes the new state in memory and
-//! returns the responses. A restarted node therefore resumes exactly at its last applied
-//! entry. Commands are applied to a working copy of the touched jobs, so a failed write leaves
-//! the in-memory state untouched.
+//! in one sled transaction (atomic across a crash), then publishes the new state in memory and
+//! returns the responses. Commands are applied to a working copy of the touched jobs, so a
+//! failed write leaves the in-memory state untouched.
+//!
+//! `apply` does **not** flush: the Raft log is the truth. Every applied entry is committed,
+//! hence durable in the log of a majority, before it is applied; the transaction becomes
+//! durable with the next log flush (the database is flushed as a whole) or snapshot. A node
+//! that loses power may come back with an older applied id and rows that match it (sled
+//! recovers a prefix of its writes, and each transaction whole); openraft then re-applies the
+//! entries after it. Entries are purged only behind a snapshot, and building or installing a
+//! snapshot flushes, so the entries to re-apply are always still in the log.
 //!
 //! The in-memory state sits behind an `Arc<std::sync::RwLock<..>>` shared with the
 //! [`SnapshotBuilder`] and with [`StateReader`]s; the lock is only ever held for synchronous
@@ -180,9 +187,9 @@ impl StateMachineStore {
                 Ok::<_, ConflictableTransactionError<Infallible>>(())
             })
             .map_err(|e: TransactionError<Infallible>| apply_err(&e))?;
-        self.flush(|e| StorageIOError::apply(last_log_id, e)).await?;
-
-        // Durable: publish.
+        // Not flushed: the entries are durable in the log already, and a node that loses these
+        // rows in a crash re-applies the entries from its durable applied id (see the module
+        // documentation). The next log flush, or any snapshot, makes them durable.
         {
             let mut state = write(&self.state);
             for id in touched {

@@ -61,9 +61,9 @@ impl NodeError {
                     | CommandError::DuplicateCheckpoint { .. }
                     | CommandError::DuplicateSavepoint { .. }
                     | CommandError::RequestIdReused { .. } => Status::already_exists(msg),
-                    CommandError::InvalidConfig(_) | CommandError::InvalidCheckpoint { .. } => {
-                        Status::invalid_argument(msg)
-                    }
+                    CommandError::InvalidConfig(_)
+                    | CommandError::InvalidCheckpoint { .. }
+                    | CommandError::InvalidReservation { .. } => Status::invalid_argument(msg),
                     CommandError::CounterExhausted { .. } => Status::resource_exhausted(msg),
                     _ => Status::failed_precondition(msg),
                 }

@@ -12,8 +12,8 @@ mod strategies;
 
 use cairn_raft::codec;
 use cairn_raft::model::{Command, CommandError, CommandResponse, JobId, Outcome, StateMachineData};
-use harness::{config, fuzz, verdict};
-use mutate::{assert_json_bytes_stable, assert_json_round_trip, case, mutated};
+use harness::{apply_bytes, config, fuzz, verdict};
+use mutate::{Mutation, assert_json_bytes_stable, assert_json_round_trip, case, mutated};
 use openraft::EntryPayload;
 use proptest::prelude::*;
 use serde::Serialize;
@@ -63,6 +63,20 @@ where
     }
 }
 
+/// The input a case feeds to `codec::decode`: structural edits of the JSON encoding (what older
+/// peers send, decoded by the JSON path), raw byte edits of the MessagePack encoding (what peers
+/// of this version send), or random bytes.
+fn wire_mutated<T: Serialize>(value: &T, donor: &T, m: &Mutation) -> Vec<u8> {
+    match m {
+        Mutation::Json(..) | Mutation::Random(_) => mutated(value, donor, m),
+        Mutation::Bytes(ops) => {
+            let valid = codec::encode("value", value).unwrap_or_else(|e| panic!("{e}"));
+            let donor = codec::encode("donor", donor).unwrap_or_else(|e| panic!("{e}"));
+            apply_bytes(&valid, ops, &donor)
+        }
+    }
+}
+
 /// Applies `cmd` to `state` as every replica does: deterministic (a second replica holding the
 /// same state computes the same response and state), a rejection changes nothing, and the
 /// response (committed to the log's responses) encodes and decodes.
@@ -90,7 +104,7 @@ fn append_entries_requests_decode_or_are_refused_never_panic() {
         config(),
         (case(append_entries), state()),
         |((req, donor, m), mut state)| {
-            let decoded = decode_stable("append-entries request", &req, &mutated(&req, &donor, &m));
+            let decoded = decode_stable("append-entries request", &req, &wire_mutated(&req, &donor, &m));
             if let Some(req) = &decoded {
                 // A follower appends these and, once committed, applies the commands.
                 for entry in &req.entries {
@@ -107,35 +121,35 @@ fn append_entries_requests_decode_or_are_refused_never_panic() {
 #[test]
 fn vote_requests_decode_or_are_refused_never_panic() {
     fuzz("VoteRequest", config(), case(vote_request), |(req, donor, m)| {
-        Ok(verdict(&decode_equal("vote request", &req, &mutated(&req, &donor, &m))))
+        Ok(verdict(&decode_equal("vote request", &req, &wire_mutated(&req, &donor, &m))))
     });
 }
 
 #[test]
 fn install_snapshot_requests_decode_or_are_refused_never_panic() {
     fuzz("InstallSnapshotRequest", config(), case(install_snapshot), |(req, donor, m)| {
-        Ok(verdict(&decode_stable("install-snapshot request", &req, &mutated(&req, &donor, &m))))
+        Ok(verdict(&decode_stable("install-snapshot request", &req, &wire_mutated(&req, &donor, &m))))
     });
 }
 
 #[test]
 fn append_entries_replies_decode_or_are_refused_never_panic() {
     fuzz("AppendEntries reply", config(), case(append_reply), |(reply, donor, m)| {
-        Ok(verdict(&decode_stable("raft reply", &reply, &mutated(&reply, &donor, &m))))
+        Ok(verdict(&decode_stable("raft reply", &reply, &wire_mutated(&reply, &donor, &m))))
     });
 }
 
 #[test]
 fn vote_replies_decode_or_are_refused_never_panic() {
     fuzz("Vote reply", config(), case(vote_reply), |(reply, donor, m)| {
-        Ok(verdict(&decode_equal("raft reply", &reply, &mutated(&reply, &donor, &m))))
+        Ok(verdict(&decode_equal("raft reply", &reply, &wire_mutated(&reply, &donor, &m))))
     });
 }
 
 #[test]
 fn install_snapshot_replies_decode_or_are_refused_never_panic() {
     fuzz("InstallSnapshot reply", config(), case(install_reply), |(reply, donor, m)| {
-        Ok(verdict(&decode_equal("raft reply", &reply, &mutated(&reply, &donor, &m))))
+        Ok(verdict(&decode_equal("raft reply", &reply, &wire_mutated(&reply, &donor, &m))))
     });
 }
 
@@ -155,7 +169,7 @@ fn commands_decode_and_apply_deterministically_never_panic() {
                 let _ = apply_like_a_replica(&mut state, earlier);
             }
             prop_assert_eq!(apply_like_a_replica(&mut state.clone(), &cmd), state.clone().apply(&cmd));
-            let decoded = decode_equal("command", &cmd, &mutated(&cmd, &donor, &m));
+            let decoded = decode_equal("command", &cmd, &wire_mutated(&cmd, &donor, &m));
             if let Some(cmd) = &decoded {
                 let _ = cmd.to_string();
                 let _ = apply_like_a_replica(&mut state, cmd);
@@ -172,7 +186,7 @@ fn state_machine_data_decodes_and_takes_any_command_never_panics() {
         config(),
         (case(state), prop::collection::vec(command(), 1..8)),
         |((data, donor, m), commands)| {
-            let decoded = decode_equal("state machine data", &data, &mutated(&data, &donor, &m));
+            let decoded = decode_equal("state machine data", &data, &wire_mutated(&data, &donor, &m));
             // Whatever a snapshot installed (consistent or not) takes every command without a panic.
             let mut state = decoded.clone().unwrap_or(data);
             for cmd in &commands {
@@ -187,7 +201,7 @@ fn state_machine_data_decodes_and_takes_any_command_never_panics() {
 fn job_records_decode_or_are_refused_never_panic() {
     let record = || job_record(JobId::new("a").unwrap_or_else(|e| panic!("{e}")));
     fuzz("JobRecord", config(), case(record), |(job, donor, m)| {
-        let decoded = decode_equal("job record", &job, &mutated(&job, &donor, &m));
+        let decoded = decode_equal("job record", &job, &wire_mutated(&job, &donor, &m));
         if let Some(job) = &decoded {
             let _ = job.restore_point();
             let _ = job.status.to_string();

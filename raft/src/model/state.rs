@@ -7,8 +7,8 @@ use serde::{Deserialize, Serialize};
 
 use super::request::Lookup;
 use super::{
-    CheckpointKind, Command, CommandError, CompletedCheckpoint, JobId, JobRecord, JobStatus, Outcome,
-    RequestEntry,
+    CheckpointKind, Command, CommandError, CompletedCheckpoint, JobId, JobRecord, JobStatus,
+    MAX_ID_RESERVATION, Outcome, RequestEntry,
 };
 
 /// The whole replicated state: every job's record, by id.
@@ -164,6 +164,24 @@ fn apply_to_live_job(job: &mut JobRecord, cmd: &Command) -> Result<Outcome, Comm
             job.next_checkpoint_id =
                 id.checked_add(1).ok_or_else(|| CommandError::CounterExhausted { job: job.id.clone() })?;
             Ok(Outcome::CheckpointId { id })
+        }
+        Command::ReserveCheckpointIds { count, .. } => {
+            if *count == 0 || *count > MAX_ID_RESERVATION {
+                return Err(CommandError::InvalidReservation {
+                    job: job.id.clone(),
+                    count: *count,
+                    max: MAX_ID_RESERVATION,
+                });
+            }
+            let first = job.next_checkpoint_id;
+            // `u64::MAX` itself is never handed out (the counter must stay above every id).
+            let left = u64::MAX - first;
+            if left == 0 {
+                return Err(CommandError::CounterExhausted { job: job.id.clone() });
+            }
+            let count = (*count).min(u32::try_from(left).unwrap_or(u32::MAX));
+            job.next_checkpoint_id = first + u64::from(count);
+            Ok(Outcome::CheckpointIds { first, count })
         }
         Command::AdvanceCheckpointCounter { next, .. } => {
             if *next < job.next_checkpoint_id {

@@ -206,6 +206,7 @@ pub fn outcome() -> BoxedStrategy<Outcome> {
     let leaf = prop_oneof![
         Just(Outcome::Done),
         small_u64().prop_map(|id| Outcome::CheckpointId { id }),
+        (small_u64(), any::<u32>()).prop_map(|(first, count)| Outcome::CheckpointIds { first, count }),
         any::<u32>().prop_map(|attempt| Outcome::Attempt { attempt }),
         small_u64().prop_map(|next| Outcome::CounterAdvanced { next }),
         prop::collection::vec(completed(), 0..2).prop_map(|checkpoints| Outcome::Subsumed { checkpoints }),
@@ -222,6 +223,7 @@ pub fn command() -> BoxedStrategy<Command> {
             .prop_map(|(job, checkpoint)| Command::UpdateJobConfig { job, checkpoint }),
         (job_id(), status()).prop_map(|(job, status)| Command::SetJobStatus { job, status }),
         job_id().prop_map(|job| Command::AllocateCheckpointId { job }),
+        (job_id(), 0u32..=20_000).prop_map(|(job, count)| Command::ReserveCheckpointIds { job, count }),
         (job_id(), small_u64()).prop_map(|(job, next)| Command::AdvanceCheckpointCounter { job, next }),
         (job_id(), completed())
             .prop_map(|(job, checkpoint)| Command::AddCompletedCheckpoint { job, checkpoint }),

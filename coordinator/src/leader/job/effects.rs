@@ -159,6 +159,7 @@ impl JobDriver {
                 }
             }
             Internal::RequestRecorded { request_id, result } => self.request_recorded(&request_id, result),
+            Internal::IdsReserved { generation, result } => self.on_ids_reserved(generation, result),
             Internal::FailureRecorded { generation, cause, result } => {
                 if generation == self.generation && self.phase == Phase::Restarting {
                     self.on_failure_recorded(cause, result);
@@ -179,22 +180,7 @@ impl JobDriver {
 
     pub(super) fn execute(&mut self, action: Action) {
         match action {
-            Action::AllocateCheckpointId { token } => {
-                let ctx = self.ctx.clone();
-                let job = self.job.clone();
-                self.spawn_internal(async move {
-                    Internal::Core(match propose(&ctx, Command::AllocateCheckpointId { job }).await {
-                        Ok((Outcome::CheckpointId { id }, _)) => {
-                            Event::CheckpointIdAllocated { token, checkpoint_id: id }
-                        }
-                        Ok((other, _)) => Event::CheckpointIdAllocationFailed {
-                            token,
-                            error: format!("unexpected outcome {other:?}"),
-                        },
-                        Err(e) => Event::CheckpointIdAllocationFailed { token, error: e.to_string() },
-                    })
-                });
-            }
+            Action::AllocateCheckpointId { token } => self.allocate_id(token),
             Action::TriggerTasks { checkpoint_id, timestamp_ms, options, tasks } => {
                 let body = ToTask::TriggerCheckpoint {
                     checkpoint_id,

@@ -31,6 +31,7 @@ mod claim;
 mod deploy;
 mod effects;
 mod export;
+mod ids;
 mod operator;
 mod prepare;
 mod reattach;
@@ -141,6 +142,11 @@ pub(crate) enum Internal {
         request_id: String,
         result: StartedReply,
     },
+    /// A range of checkpoint ids was reserved through Raft (or not).
+    IdsReserved {
+        generation: u64,
+        result: Result<(u64, u32), String>,
+    },
     /// A failure went through the restart strategy (`RecordFailure` committed, or not).
     FailureRecorded {
         generation: u64,
@@ -236,6 +242,8 @@ pub(crate) struct JobDriver {
     claim_released: bool,
     /// Ignores results of superseded preparations.
     generation: u64,
+    /// Checkpoint ids reserved through Raft, handed out without a round trip.
+    ids: ids::IdReservation,
     requests: BTreeMap<RequestId, oneshot::Sender<TriggerReply>>,
     /// Callers waiting only for the checkpoint id of their request.
     started: BTreeMap<RequestId, oneshot::Sender<StartedReply>>,
@@ -301,6 +309,7 @@ impl JobDriver {
             stats_flush_at: None,
             claim_released: false,
             generation: 0,
+            ids: ids::IdReservation::default(),
             requests: BTreeMap::new(),
             started: BTreeMap::new(),
             keyed: BTreeMap::new(),
@@ -376,6 +385,10 @@ impl JobDriver {
         }
         if self.phase == Phase::Preparing {
             self.begin_prepare();
+        } else if self.phase == Phase::AwaitReattach {
+            // Ready before the tasks are back: the first checkpoint of this term waits for no
+            // Raft round trip.
+            self.reserve_ids();
         }
     }
 

@@ -13,10 +13,11 @@ use cairn_protocol::checkpoint::{
 };
 use cairn_protocol::graph::JobGraph;
 use cairn_protocol::operators::OperatorCatalog;
-use cairn_raft::model::{Command, JobId, JobRecord, Outcome};
+use cairn_raft::model::{Command, CommandError, JobId, JobRecord, Outcome};
 
 use super::tasks::GraphTasks;
 use crate::checkpoint::{RestorePoint, choose_restore_point, counter_after_restore};
+use crate::error::NodeError;
 use crate::replica::ReplicaContext;
 use crate::replica::propose;
 
@@ -106,9 +107,12 @@ pub async fn prepare(ctx: ReplicaContext, job: JobId) -> Result<Prepared, String
             format!("cannot restore job `{job}` from checkpoint {}: {e}", point.checkpoint_id)
         })?;
         if let Some(next) = counter_after_restore(record.next_checkpoint_id, point.checkpoint_id) {
-            propose(&ctx, Command::AdvanceCheckpointCounter { job: job.clone(), next })
-                .await
-                .map_err(|e| format!("cannot advance the checkpoint counter: {e}"))?;
+            match propose(&ctx, Command::AdvanceCheckpointCounter { job: job.clone(), next }).await {
+                // A reservation of an earlier attempt committed meanwhile and moved the counter
+                // past `next` already: what the restore needs holds.
+                Ok(_) | Err(NodeError::Command(CommandError::CounterRegression { .. })) => {}
+                Err(e) => return Err(format!("cannot advance the checkpoint counter: {e}")),
+            }
         }
         let from_latest = choose_restore_point(&record).is_some();
         restore = Some(assignment);

@@ -48,6 +48,50 @@ fn ids_start_at_one_and_increase() {
     assert_eq!(allocate(&mut sm, "b"), 1, "counters are per job");
 }
 
+fn reserve(sm: &mut StateMachineData, job: &str, count: u32) -> Result<(u64, u32), CommandError> {
+    match sm.apply(&Command::ReserveCheckpointIds { job: jid(job), count })? {
+        Outcome::CheckpointIds { first, count } => Ok((first, count)),
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+#[test]
+fn reserved_ranges_never_overlap_and_later_ids_start_above_them() {
+    let mut sm = StateMachineData::default();
+    register(&mut sm, "a", 1);
+    assert_eq!(allocate(&mut sm, "a"), 1);
+    assert_eq!(reserve(&mut sm, "a", 100), Ok((2, 100)));
+    // A later leader (or the store RPC) continues above the whole range, used or not.
+    assert_eq!(allocate(&mut sm, "a"), 102);
+    assert_eq!(reserve(&mut sm, "a", 1), Ok((103, 1)));
+    assert_eq!(sm.job(&jid("a")).unwrap().next_checkpoint_id, 104);
+}
+
+#[test]
+fn invalid_reservations_are_refused_and_change_nothing() {
+    let mut sm = StateMachineData::default();
+    register(&mut sm, "a", 1);
+    let before = sm.clone();
+    for count in [0, MAX_ID_RESERVATION + 1, u32::MAX] {
+        assert_eq!(
+            reserve(&mut sm, "a", count),
+            Err(CommandError::InvalidReservation { job: jid("a"), count, max: MAX_ID_RESERVATION })
+        );
+    }
+    assert_eq!(reserve(&mut sm, "nope", 5), Err(CommandError::UnknownJob { job: jid("nope") }));
+    assert_eq!(sm, before);
+}
+
+#[test]
+fn a_reservation_at_the_end_of_the_id_space_is_shortened_then_refused() {
+    let mut sm = StateMachineData::default();
+    register(&mut sm, "a", 1);
+    sm.apply(&Command::AdvanceCheckpointCounter { job: jid("a"), next: u64::MAX - 3 }).unwrap();
+    assert_eq!(reserve(&mut sm, "a", 100), Ok((u64::MAX - 3, 3)));
+    assert_eq!(sm.job(&jid("a")).unwrap().next_checkpoint_id, u64::MAX);
+    assert_eq!(reserve(&mut sm, "a", 1), Err(CommandError::CounterExhausted { job: jid("a") }));
+}
+
 #[test]
 fn unknown_job_is_rejected() {
     let mut sm = StateMachineData::default();

@@ -121,28 +121,44 @@ impl Endpoints {
 }
 
 /// Jittered exponential backoff: each pause is drawn from `[d/2, d]`, and `d` doubles up to the
-/// maximum.
+/// maximum. During a *quick search* (after losing a leader that was there a moment ago) the
+/// pause stays at the minimum: a new leader is usually elected within a second, and a client
+/// that waited out a grown backoff would find it late.
 #[derive(Debug, Clone)]
 pub struct Backoff {
     min: Duration,
     max: Duration,
     next: Duration,
+    quick_until: Option<tokio::time::Instant>,
 }
+
+/// How long after losing its leader a client searches at the minimum pause.
+pub const QUICK_SEARCH: Duration = Duration::from_secs(2);
 
 impl Backoff {
     pub fn new(min: Duration, max: Duration) -> Self {
-        Self { min, max: max.max(min), next: min }
+        Self { min, max: max.max(min), next: min, quick_until: None }
     }
 
-    /// The next pause (jittered), and doubles the following one.
+    /// The next pause (jittered), and doubles the following one (except in a quick search).
     pub fn next_delay(&mut self) -> Duration {
         let d = self.next;
-        self.next = (self.next * 2).min(self.max);
+        let quick = self.quick_until.is_some_and(|until| tokio::time::Instant::now() < until);
+        if !quick {
+            self.quick_until = None;
+            self.next = (self.next * 2).min(self.max);
+        }
         d.mul_f64(0.5 + rand::random::<f64>() / 2.0)
     }
 
     pub fn reset(&mut self) {
         self.next = self.min;
+    }
+
+    /// The leader was just lost: pause only the minimum for the next [`QUICK_SEARCH`].
+    pub fn search_quickly(&mut self) {
+        self.reset();
+        self.quick_until = Some(tokio::time::Instant::now() + QUICK_SEARCH);
     }
 }
 
@@ -152,6 +168,24 @@ mod tests {
 
     fn eps(list: &[&str]) -> Endpoints {
         Endpoints::new(list.iter().map(|s| s.to_string()).collect())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_quick_search_keeps_the_minimum_pause_then_backs_off() {
+        let (min, max) = (Duration::from_millis(50), Duration::from_secs(2));
+        let mut b = Backoff::new(min, max);
+        b.search_quickly();
+        let mut waited = Duration::ZERO;
+        while waited < QUICK_SEARCH {
+            let d = b.next_delay();
+            assert!(d >= min / 2 && d <= min, "{d:?} during the quick search");
+            tokio::time::advance(d).await;
+            waited += d;
+        }
+        let grown: Vec<Duration> = (0..8).map(|_| b.next_delay()).collect();
+        assert!(grown[7] >= max / 2, "the backoff grows again after the quick search: {grown:?}");
+        b.reset();
+        assert!(b.next_delay() <= min);
     }
 
     #[test]

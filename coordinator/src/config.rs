@@ -3,15 +3,16 @@
 //! `validate()` that names the offending key.
 //!
 //! Timing defaults, and why:
-//! - `heartbeat_interval = 100ms`: the leader's heartbeat; cheap on a LAN and frequent enough
-//!   that followers notice a dead leader within a few hundred milliseconds.
-//! - `election_timeout_min/max = 800ms / 1600ms`: at least 8 heartbeats fit in the shortest
-//!   timeout, so a couple of lost heartbeats, a slow fsync or a scheduler hiccup on a loaded
-//!   machine does not depose a healthy leader; the spread randomizes candidates to avoid split
-//!   votes. openraft 0.9 also gives the leader a lease of `election_timeout_max`: a follower
-//!   that heard from the leader refuses votes for that long, and its own election fires only
-//!   after lease + timeout (2.4-3.2 s with these values). Leader failover therefore takes
-//!   about 2.5-3 s, small next to checkpoint intervals; lower both bounds to fail over faster.
+//! - `heartbeat_interval = 30ms`: the leader's heartbeat (an empty append-entries call, no
+//!   fsync anywhere); about 33 small calls a second per follower.
+//! - `election_timeout_min/max = 90ms / 180ms`: openraft 0.9 gives the leader a lease of
+//!   `election_timeout_max`: a follower that heard from the leader refuses votes for that long,
+//!   and its own election fires only after lease + timeout, i.e. 270-360 ms after the last
+//!   heartbeat it processed. That is how long a healthy leader may go unheard (9-12 heartbeats:
+//!   a slow fsync does not count, since neither heartbeats nor elections wait for the disk, only
+//!   a stalled process or network does), and how long a dead one is waited for: leader SIGKILL
+//!   to the first checkpoint on the new leader is about half a second. Raise all three on a
+//!   network with long pauses (the production template uses 100ms / 800ms / 1600ms).
 //! - `snapshot_after_logs = 5000`, `logs_to_keep = 1000`: the state machine is small (per-job
 //!   records), so snapshots are cheap; the log stays bounded, and a follower that lags by
 //!   fewer than 1000 entries catches up from the log without a snapshot transfer.
@@ -58,9 +59,9 @@ pub struct RaftTiming {
 impl Default for RaftTiming {
     fn default() -> Self {
         Self {
-            heartbeat_interval: Duration::from_millis(100),
-            election_timeout_min: Duration::from_millis(800),
-            election_timeout_max: Duration::from_millis(1600),
+            heartbeat_interval: Duration::from_millis(30),
+            election_timeout_min: Duration::from_millis(90),
+            election_timeout_max: Duration::from_millis(180),
             snapshot_after_logs: 5000,
             logs_to_keep: 1000,
         }
@@ -591,7 +592,7 @@ mod tests {
         let mut c = NodeConfig { node_id: 0, ..Default::default() };
         assert!(c.validate().unwrap_err().to_string().starts_with("`node_id`"));
         c.node_id = 1;
-        c.raft.election_timeout_min = Duration::from_millis(150);
+        c.raft.election_timeout_min = Duration::from_millis(50);
         assert!(c.validate().unwrap_err().to_string().contains("raft.election_timeout_min"));
         c.raft = RaftTiming::default();
         c.peers = parse_peers("1=a:1,1=b:2").unwrap();

@@ -138,6 +138,10 @@ pub enum Event {
     /// The job runs: start periodic checkpoints (if an interval is configured) after a random
     /// initial delay in `[min pause, interval]`.
     StartScheduler,
+    /// The job's running tasks were taken over from a previous leader: start periodic
+    /// checkpoints with a trigger at once (its last checkpoint is at least a failover old), so
+    /// the gap a leader change leaves in the checkpoint history is as short as it can be.
+    ResumeScheduler,
     /// The job stopped running (e.g. it is restarting): stop periodic checkpoints and abort the
     /// pending ones.
     StopScheduler,

@@ -145,6 +145,16 @@ impl Scheduler {
         self.arm(instant_after(now, delay), out);
     }
 
+    /// Like [`Scheduler::start`], but the first periodic trigger is due at once.
+    pub fn resume(&mut self, now: Instant, out: &mut Vec<Action>) {
+        self.started = true;
+        if self.interval.is_none() || self.periodic {
+            return;
+        }
+        self.periodic = true;
+        self.arm(now, out);
+    }
+
     /// Stops periodic scheduling and disarms the timer; returns the queued request, if any, so
     /// the caller can answer it.
     pub fn stop(&mut self, out: &mut Vec<Action>) -> Option<Request> {
@@ -281,6 +291,21 @@ mod tests {
         s.reconfigure(None, Duration::ZERO, now, &mut out);
         assert!(s.armed_at().is_none() && !s.is_periodic());
         assert!(matches!(out.last(), Some(Action::CancelTrigger)));
+    }
+
+    #[test]
+    fn resuming_triggers_at_once_then_every_interval() {
+        let now = Instant::now();
+        let mut s = Scheduler::new(Some(Duration::from_secs(10)), Duration::from_secs(3), 7);
+        let mut out = Vec::new();
+        s.resume(now, &mut out);
+        assert_eq!(s.armed_at(), Some(now));
+        assert!(s.is_periodic());
+        s.resume(now + Duration::from_secs(1), &mut out);
+        assert_eq!(s.armed_at(), Some(now), "a second resume changes nothing");
+        let mut idle = Scheduler::new(None, Duration::from_secs(3), 7);
+        idle.resume(now, &mut out);
+        assert!(idle.armed_at().is_none() && !idle.is_periodic(), "no interval, no trigger");
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! address sends it there at once (a new address is remembered); no hint, a refusal, a timeout
 //! or a dead replica moves it to the next one; after a whole round of failures it pauses with a
 //! jittered exponential [`Backoff`]. It never gives up while the worker runs. A session that
-//! registered resets the backoff, and the next search starts at the replica that led.
+//! registered resets the backoff, and the next search starts at the replica that led, pausing
+//! only the minimum for the first seconds (a new leader is usually elected within a second).
 //!
 //! It owns the worker's [`TermFence`] (lent to each session) and one lazily connected tonic
 //! `Channel` per endpoint, and publishes the [`WorkerStatus`].
@@ -79,7 +80,8 @@ impl Connector {
                 let _ = self.host.send(HostCommand::Detach).await;
                 self.status.send_modify(|s| s.leader = None);
                 self.endpoints.succeeded();
-                self.backoff.reset();
+                // A new leader is being elected: look for it at the shortest pause.
+                self.backoff.search_quickly();
             }
             let next = match end.result {
                 Ok(()) => return,

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use cairn_client::LeaderClient;
 use cairn_taskrt::demo::DemoJob;
 use cairn_taskrt::demo::source::SourceConfig;
-use cairn_tests::procs::{ProcCluster, failover_args};
+use cairn_tests::procs::ProcCluster;
 use clap::Parser;
 use hdrhistogram::Histogram;
 
@@ -85,8 +85,8 @@ fn line(name: &str, h: &Histogram<u64>) {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let flags = failover_args("10s");
-    let mut cluster = ProcCluster::start(3, &flags.iter().map(String::as_str).collect::<Vec<_>>())?;
+    // The defaults a user gets: Raft and worker timings, re-attach grace.
+    let mut cluster = ProcCluster::start(3, &[])?;
     let output = cluster.scratch("out")?;
     cluster.launch_worker("w1", 8)?;
     let mut c = cluster.client()?;

@@ -10,7 +10,7 @@ use cairn_client::{ClientConfig, LeaderClient};
 use cairn_taskrt::demo::DemoJob;
 use cairn_taskrt::demo::source::SourceConfig;
 use cairn_taskrt::demo::verify::{Expectation, Verdict, Violation as OutputViolation, verify_output};
-use cairn_tests::procs::{ProcCluster, ProcOptions, failover_args};
+use cairn_tests::procs::{ProcCluster, ProcOptions};
 use tonic::Code;
 
 use super::history::Allocation;
@@ -129,10 +129,9 @@ pub async fn run_trial(schedule: &Schedule, config: &TrialConfig) -> anyhow::Res
         let dir = machines.data_dir(id).ok_or_else(|| anyhow::anyhow!("no machine for replica {id}"))?;
         data_dirs.insert(id, dir);
     }
-    let mut args = failover_args("2s");
-    // Snapshots (and log purges behind them) every few hundred entries: a trial crosses several.
-    args.extend(["--snapshot-after-logs".to_owned(), "300".to_owned()]);
-    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    // Default Raft and worker timings; a short re-attach grace, and snapshots (with log purges
+    // behind them) every few hundred entries, so that a trial crosses several.
+    let refs = ["--reattach-grace", "2s", "--snapshot-after-logs", "300"];
     let mut cluster = ProcCluster::start_with_options(
         REPLICAS,
         &refs,

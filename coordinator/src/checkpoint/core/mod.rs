@@ -249,6 +249,7 @@ impl CheckpointCoordinatorCore {
         }
         match event {
             Event::StartScheduler => self.scheduler.start(now.instant, &mut out),
+            Event::ResumeScheduler => self.scheduler.resume(now.instant, &mut out),
             Event::StopScheduler => self.stop_scheduler(now, &mut out),
             Event::TriggerTimerFired { token } => {
                 if self.scheduler.fired(token) {

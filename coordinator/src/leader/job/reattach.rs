@@ -81,7 +81,7 @@ impl JobDriver {
         self.deployed = Some(Deployed { attempt, lease, running: all, finished: BTreeSet::new() });
         self.reattached.clear();
         self.phase = Phase::Running;
-        self.feed(Event::StartScheduler);
+        self.feed(Event::ResumeScheduler);
     }
 
     pub(super) fn give_up_reattach(&mut self) {

@@ -13,6 +13,7 @@
 
 pub mod chaos;
 pub mod ctl;
+pub mod etcd;
 pub mod inproc;
 pub mod procs;
 pub mod scripted;

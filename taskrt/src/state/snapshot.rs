@@ -27,7 +27,7 @@ use super::StateError;
 use super::codec;
 use super::keyed::{KeyedStateBackend, UploadedGroups};
 use super::list::OperatorStateBackend;
-use super::storage::{CheckpointStorage, sync_dir};
+use super::storage::CheckpointStorage;
 
 /// Where and how one checkpoint is written.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -260,7 +260,7 @@ fn write_all(
         }
     }
     for d in &dirs {
-        sync_dir(d)?;
+        storage.sync_dir(d)?;
     }
     if cancel.load(Ordering::Acquire) {
         return Err(StateError::Cancelled { checkpoint_id: target.checkpoint_id });

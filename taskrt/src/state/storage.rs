@@ -14,9 +14,14 @@ use cairn_protocol::checkpoint::{CheckpointLayout, StateFile};
 
 use super::StateError;
 
-/// Called before every state file write; tests use it to fail or stall writes.
+/// Called around state file writes; tests use it to fail or stall writes, tests and the
+/// benchmark to count files and fsyncs.
 pub trait WriteHook: Send + Sync {
+    /// Before a state file is created; an error fails the write.
     fn before_write(&self, path: &Path) -> std::io::Result<()>;
+
+    /// After `path` (a state file or a directory) was fsynced through this storage.
+    fn after_sync(&self, _path: &Path) {}
 }
 
 /// The job's checkpoint storage.
@@ -63,11 +68,26 @@ impl CheckpointStorage {
             hook.before_write(path).map_err(err)?;
         }
         if let Some(dir) = path.parent() {
-            create_dir_all_synced(dir)?;
+            create_dir_all_synced_then(dir, |synced| self.synced(synced))?;
         }
         let mut f = std::fs::File::create(path).map_err(err)?;
         f.write_all(bytes).map_err(err)?;
-        f.sync_all().map_err(err)
+        f.sync_all().map_err(err)?;
+        self.synced(path);
+        Ok(())
+    }
+
+    /// [`sync_dir`], reported to the write hook.
+    pub fn sync_dir(&self, dir: &Path) -> Result<(), StateError> {
+        sync_dir(dir)?;
+        self.synced(dir);
+        Ok(())
+    }
+
+    fn synced(&self, path: &Path) {
+        if let Some(hook) = &self.hook {
+            hook.after_sync(path);
+        }
     }
 }
 
@@ -82,6 +102,11 @@ pub fn sync_dir(dir: &Path) -> Result<(), StateError> {
 /// its parent (a new `chk-<id>/` whose entry in the job directory was never synced disappears
 /// with everything in it, even when its own entries were synced).
 pub fn create_dir_all_synced(dir: &Path) -> Result<(), StateError> {
+    create_dir_all_synced_then(dir, |_| {})
+}
+
+/// [`create_dir_all_synced`], calling `synced` with every directory it fsyncs.
+fn create_dir_all_synced_then(dir: &Path, mut synced: impl FnMut(&Path)) -> Result<(), StateError> {
     let err = |path: &Path| {
         let path = path.to_owned();
         move |source| StateError::Io { path, source }
@@ -101,10 +126,12 @@ pub fn create_dir_all_synced(dir: &Path) -> Result<(), StateError> {
     }
     std::fs::create_dir_all(dir).map_err(err(dir))?;
     for created in missing.iter().rev() {
-        match created.parent() {
-            Some(parent) if !parent.as_os_str().is_empty() => sync_dir(parent)?,
-            _ => sync_dir(Path::new("."))?,
-        }
+        let parent = match created.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => parent,
+            _ => Path::new("."),
+        };
+        sync_dir(parent)?;
+        synced(parent);
     }
     Ok(())
 }
@@ -145,6 +172,35 @@ mod tests {
         let file = dir.path().join("file");
         std::fs::write(&file, b"x").unwrap();
         assert!(matches!(create_dir_all_synced(&file.join("below")), Err(StateError::Io { .. })));
+    }
+
+    #[derive(Default)]
+    struct Synced(std::sync::Mutex<Vec<PathBuf>>);
+
+    impl WriteHook for Synced {
+        fn before_write(&self, _path: &Path) -> std::io::Result<()> {
+            Ok(())
+        }
+
+        fn after_sync(&self, path: &Path) {
+            self.0.lock().unwrap().push(path.to_owned());
+        }
+    }
+
+    #[test]
+    fn write_hook_sees_every_fsync() {
+        let dir = tempfile::tempdir().unwrap();
+        let hook = Arc::new(Synced::default());
+        let storage = CheckpointStorage::new(dir.path(), "job").with_write_hook(hook.clone());
+        let chk = storage.job_dir().join("chk-1");
+        storage.write_file(&chk.join("a"), b"a").unwrap();
+        storage.write_file(&chk.join("b"), b"b").unwrap();
+        storage.sync_dir(&chk).unwrap();
+        let synced = hook.0.lock().unwrap().clone();
+        // Creating job/chk-1 syncs the root and job/ once each; then each file; then chk-1.
+        let expected =
+            vec![dir.path().to_owned(), storage.job_dir().to_owned(), chk.join("a"), chk.join("b"), chk];
+        assert_eq!(synced, expected);
     }
 
     #[test]

@@ -11,8 +11,10 @@
 //! shared file stays in storage while any retained checkpoint references any segment of it, so
 //! a segment is reused only while the reused segments of its file make up at least
 //! [`MIN_LIVE_SHARE_PERCENT`] of the file; below that, its groups are written again and the
-//! file can go once older checkpoints are subsumed. This bounds the bytes kept per referenced
-//! byte (by about two) at the cost of rewriting some unchanged groups now and then.
+//! file can go once older checkpoints are subsumed. This bounds the bytes a checkpoint keeps
+//! alive per byte of state (at most 100 / [`MIN_LIVE_SHARE_PERCENT`]) at the cost of writing
+//! some unchanged groups again: about 1 / (1 - share) times the changed bytes in a steady state,
+//! every byte rewritten freeing more than itself.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -22,8 +24,9 @@ use cairn_protocol::checkpoint::{KeyGroupSegment, KeyedStateHandle, StateFile};
 use super::codec::{self, KeyGroupData};
 use super::keyed::{KeyedStateBackend, UploadedGroup, UploadedGroups};
 
-/// Reused segments of a shared file must make up at least this share of it (percent).
-pub const MIN_LIVE_SHARE_PERCENT: u64 = 50;
+/// Reused segments of a shared file must make up at least this share of it (percent): at most
+/// four times the state is kept alive, about a third more than the changed bytes is written.
+pub const MIN_LIVE_SHARE_PERCENT: u64 = 25;
 
 /// A key group to write, located in the planned buffer.
 #[derive(Debug, Clone, Copy)]

@@ -14,6 +14,7 @@ mod mutate_toml;
 #[path = "../../protocol/tests/support/strategies.rs"]
 mod strategies;
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -23,7 +24,8 @@ use cairn_coordinator::checkpoint::stats::CheckpointStatsTracker;
 use cairn_coordinator::checkpoint::tasks::{TaskAttemptId, TaskDescriptor, TaskSet};
 use cairn_coordinator::config::{ConfigError, NodeConfig, Peer, RaftTiming, WorkerTiming};
 use cairn_protocol::checkpoint::{
-    CheckpointKind, OperatorSubtaskState, StateFile, SubtaskState, TaskCheckpointMetrics,
+    CheckpointKind, KeyGroupSegment, KeyedStateHandle, OperatorSubtaskState, StateFile, SubtaskState,
+    TaskCheckpointMetrics,
 };
 use cairn_protocol::messages::TaskMessage;
 use cairn_protocol::restart::RestartStrategy;
@@ -262,18 +264,26 @@ fn pending(id: u64, kind: CheckpointKind) -> PendingCheckpoint {
     PendingCheckpoint::new(init, &tasks)
 }
 
-/// An acknowledgement a task of `pending(7, ..)` could really send: its files under `chk-7/` or
-/// `shared/`, key groups below 8, offsets rising inside their file.
+/// An acknowledgement a task of `pending(7, ..)` could really send: per operator one new file
+/// under `chk-7/` or `shared/` and maybe an earlier shared one, key groups below 8 one after
+/// another in their file.
 fn valid_ack() -> impl Strategy<Value = SubtaskState> {
-    let file = ("[a-z0-9-]{1,12}", any::<bool>(), 0u64..1_000, any::<u32>()).prop_map(
-        |(name, shared, size, crc32)| StateFile {
-            path: if shared { format!("shared/{name}") } else { format!("chk-7/{name}") },
-            size,
-            crc32,
-        },
-    );
-    let op = prop::collection::btree_map(0u32..8, file, 0..4)
-        .prop_map(|keyed| OperatorSubtaskState { keyed, list_states: Vec::new() });
+    let groups = prop::collection::btree_map(0u32..8, (1u64..1_000, any::<bool>()), 0..6);
+    let op =
+        (groups, "[a-z0-9-]{1,12}", any::<bool>(), any::<u32>()).prop_map(|(groups, name, shared, crc32)| {
+            let new_file = if shared { format!("shared/{name}") } else { format!("chk-7/{name}") };
+            let earlier = format!("shared/earlier-{name}");
+            let mut keyed = KeyedStateHandle::default();
+            let mut sizes: BTreeMap<String, u64> = BTreeMap::new();
+            for (kg, (length, reused)) in groups {
+                let file = if reused { earlier.clone() } else { new_file.clone() };
+                let offset = sizes.get(&file).copied().unwrap_or(0);
+                sizes.insert(file.clone(), offset + length);
+                keyed.key_groups.insert(kg, KeyGroupSegment { file, offset, length, crc32: crc32 ^ kg });
+            }
+            keyed.files = sizes.into_iter().map(|(path, size)| StateFile { path, size, crc32 }).collect();
+            OperatorSubtaskState { keyed, list_states: Vec::new() }
+        });
     prop::collection::btree_map("[a-z]{1,6}", op, 0..3).prop_map(|operators| SubtaskState { operators })
 }
 
@@ -345,7 +355,10 @@ fn acknowledged_state_sizes_beyond_u64_saturate() {
     let huge = SubtaskState {
         operators: [(
             "op".to_owned(),
-            OperatorSubtaskState { keyed: [(0, file("a")), (1, file("b"))].into(), list_states: Vec::new() },
+            OperatorSubtaskState {
+                keyed: KeyedStateHandle::from_file_per_key_group([(0, file("a")), (1, file("b"))].into()),
+                list_states: Vec::new(),
+            },
         )]
         .into(),
     };

@@ -7,9 +7,10 @@
 //! - State is matched by **operator id** (stable across versions of a job), wherever the
 //!   operator is chained now. State of an operator the new graph does not have is refused,
 //!   naming it, unless non-restored state is allowed (then it is skipped and logged).
-//! - **Keyed state** moves by key group: new subtask `i` of `p` receives the files of the key
-//!   groups in `KeyGroupRange::for_subtask(max, p, i)`, whichever old subtask wrote them. The
-//!   max parallelism must not change (it defines the key groups).
+//! - **Keyed state** moves by key group: new subtask `i` of `p` receives the segments of the key
+//!   groups in `KeyGroupRange::for_subtask(max, p, i)`, whichever old subtask wrote them, and the
+//!   list of files those segments lie in (a file may serve several new subtasks, each reading
+//!   its own byte ranges). The max parallelism must not change (it defines the key groups).
 //! - **Round-robin list state**: with unchanged parallelism every subtask gets its own elements
 //!   back; otherwise the elements are pooled (old subtask order, then element order) and dealt
 //!   out, element `k` to subtask `k mod p`.
@@ -24,7 +25,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::checkpoint::{
-    CheckpointMetadata, KeyGroupRange, OperatorStateMode, OperatorSubtaskState, StateFile,
+    CheckpointMetadata, KeyGroupRange, KeyedStateHandle, OperatorStateMode, OperatorSubtaskState, StateFile,
 };
 use crate::graph::{JobGraph, Vertex};
 
@@ -59,8 +60,8 @@ impl AssignedListState {
 /// The state one operator of one subtask restores.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct OperatorRestore {
-    /// Keyed state files of the subtask's key groups, by key group.
-    pub keyed: BTreeMap<u32, StateFile>,
+    /// The segments of the subtask's key groups, and the files they lie in.
+    pub keyed: KeyedStateHandle,
     pub list_states: Vec<AssignedListState>,
 }
 
@@ -170,7 +171,7 @@ pub fn assign_states(
                 vertex: old_op.vertex.into(),
             });
         };
-        let keyed = pool_keyed(old_op, id)?;
+        let keyed = pool_keyed(op, old_op, id)?;
         if !keyed.is_empty() && old_op.max_parallelism != new_vertex.max_parallelism {
             return Err(AssignError::MaxParallelismChanged {
                 checkpoint_id: id,
@@ -185,7 +186,7 @@ pub fn assign_states(
                 continue;
             };
             let range = task.key_groups;
-            let keyed = keyed.range(range.start..=range.end).map(|(kg, f)| (*kg, f.clone())).collect();
+            let keyed = keyed.restricted_to(range);
             let restore = OperatorRestore { keyed, list_states };
             if !restore.is_empty() {
                 task.operators.insert(op.clone(), restore);
@@ -258,25 +259,41 @@ fn gather_old(meta: &CheckpointMetadata) -> Result<BTreeMap<String, OldOperator<
     Ok(old)
 }
 
-/// All keyed state of an operator by key group.
-fn pool_keyed(old: &OldOperator<'_>, id: u64) -> Result<BTreeMap<u32, StateFile>, AssignError> {
-    let mut pool = BTreeMap::new();
+/// All keyed state of an operator: every key group's segment, every file once (old subtasks may
+/// reference one shared file, each for its own key groups), checked as one handle.
+fn pool_keyed(op: &str, old: &OldOperator<'_>, id: u64) -> Result<KeyedStateHandle, AssignError> {
+    let corrupt = |detail: String| AssignError::CorruptState { checkpoint_id: id, detail };
+    let mut key_groups = BTreeMap::new();
+    let mut files: BTreeMap<&str, &StateFile> = BTreeMap::new();
     for state in old.subtasks.values() {
-        for (kg, file) in &state.keyed {
+        for (kg, segment) in &state.keyed.key_groups {
             if *kg >= old.max_parallelism {
-                return Err(AssignError::CorruptState {
-                    checkpoint_id: id,
-                    detail: format!("key group {kg} is not below max parallelism {}", old.max_parallelism),
-                });
+                return Err(corrupt(format!(
+                    "operator {op}: key group {kg} is not below max parallelism {}",
+                    old.max_parallelism
+                )));
             }
-            if pool.insert(*kg, file.clone()).is_some() {
-                return Err(AssignError::CorruptState {
-                    checkpoint_id: id,
-                    detail: format!("key group {kg} appears in two subtasks of vertex {}", old.vertex),
-                });
+            if key_groups.insert(*kg, segment.clone()).is_some() {
+                return Err(corrupt(format!(
+                    "operator {op}: key group {kg} appears in two subtasks of vertex {}",
+                    old.vertex
+                )));
+            }
+        }
+        for f in &state.keyed.files {
+            match files.insert(&f.path, f) {
+                Some(other) if other != f => {
+                    return Err(corrupt(format!(
+                        "operator {op}: keyed state file {:?} is listed with different sizes or checksums",
+                        f.path
+                    )));
+                }
+                _ => {}
             }
         }
     }
+    let pool = KeyedStateHandle { key_groups, files: files.into_values().cloned().collect() };
+    pool.validate().map_err(|e| corrupt(format!("operator {op}: {e}")))?;
     Ok(pool)
 }
 

@@ -16,7 +16,8 @@ use crate::operators::OperatorCatalog;
 /// Default number of key groups of a vertex when the graph does not say.
 pub const DEFAULT_MAX_PARALLELISM: u32 = 128;
 
-/// Upper bound on max parallelism (key groups are `u32`, but files per key group must stay sane).
+/// Upper bound on max parallelism (key groups are `u32`, but the key-group index of every
+/// keyed-state handle must stay sane).
 pub const MAX_MAX_PARALLELISM: u32 = 32_768;
 
 fn default_max_parallelism() -> u32 {

@@ -306,13 +306,15 @@ mod tests {
 
     #[test]
     fn task_messages_with_keyed_state_round_trip_through_json() {
-        use crate::checkpoint::{OperatorSubtaskState, StateFile};
+        use crate::checkpoint::{KeyGroupSegment, OperatorSubtaskState, StateFile};
         let task = TaskAttemptId {
             task: TaskId { job: "j".into(), vertex: "count".into(), subtask: 1 },
             attempt: 2,
         };
         let mut op = OperatorSubtaskState::default();
-        op.keyed.insert(3, StateFile { path: "chk-1/count-kg-3.state".into(), size: 10, crc32: 7 });
+        let path = "chk-1/count-1.state";
+        op.keyed.key_groups.insert(3, KeyGroupSegment { file: path.into(), offset: 0, length: 10, crc32: 7 });
+        op.keyed.files.push(StateFile { path: path.into(), size: 10, crc32: 7 });
         let mut state = SubtaskState::default();
         state.operators.insert("count".into(), op);
         let messages = [

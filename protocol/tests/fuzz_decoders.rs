@@ -40,6 +40,9 @@ fn task_reports_decode_or_are_refused_never_panic() {
             if let TaskMessage::Acknowledge { state, .. } = report {
                 let _ = state.state_size();
                 let _ = state.files().count();
+                for op in state.operators.values() {
+                    let _ = op.validate();
+                }
             }
         }
         Ok(verdict(&decoded))
@@ -131,7 +134,12 @@ fn metadata_files_decode_or_are_refused_and_assignment_never_panics() {
             }
             Err(e) => {
                 prop_assert!(
-                    matches!(e, MetadataError::Decode { .. } | MetadataError::UnsupportedVersion { .. }),
+                    matches!(
+                        e,
+                        MetadataError::Decode { .. }
+                            | MetadataError::UnsupportedVersion { .. }
+                            | MetadataError::InvalidHandle { .. }
+                    ),
                     "{e}"
                 );
                 Ok(Verdict::Refused)
@@ -147,7 +155,8 @@ fn check_assignment(graph: &JobGraph, a: &StateAssignment) {
         for i in 0..v.parallelism {
             let task = a.task(&v.id, i).unwrap_or_else(|| panic!("subtask {}/{i} missing", v.id));
             for op in task.operators.values() {
-                for kg in op.keyed.keys() {
+                assert_eq!(op.keyed.validate(), Ok(()), "an assigned handle is consistent");
+                for kg in op.keyed.key_groups.keys() {
                     assert!(task.key_groups.contains(*kg), "key group {kg} outside {:?}", task.key_groups);
                 }
             }

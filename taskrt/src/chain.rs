@@ -118,8 +118,8 @@ impl OperatorChain {
         }
         for m in &mut self.members {
             let Some(op) = by_op.remove(&m.id) else { continue };
-            for (kg, data, file) in op.groups {
-                m.keyed.restore_group(kg, data, &file, own_files)?;
+            for g in op.groups {
+                m.keyed.restore_group(g.key_group, g.data, &g.segment, &g.file, own_files)?;
             }
             for (name, mode, elements) in op.lists {
                 m.lists.set(&name, mode, elements)?;

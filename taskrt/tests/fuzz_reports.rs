@@ -18,7 +18,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use cairn_protocol::assign::{AssignedListState, ByteRange, ListStatePart, OperatorRestore, TaskRestore};
-use cairn_protocol::checkpoint::{KeyGroupRange, OperatorStateMode, StateFile};
+use cairn_protocol::checkpoint::{
+    KeyGroupRange, KeyGroupSegment, KeyedStateHandle, OperatorStateMode, StateFile,
+};
 use cairn_protocol::graph::MAX_MAX_PARALLELISM;
 use cairn_protocol::messages::{Deployment, TaskCommand};
 use cairn_protocol::operators::OperatorCatalog;
@@ -274,7 +276,8 @@ fn source_offsets_decode_only_from_sixteen_bytes() {
     });
 }
 
-/// A restore of one operator: a key-group file and a list-state file written under `base`.
+/// A restore of one operator: a keyed-state file (one key group) and a list-state file written
+/// under `base`.
 fn write_restore(base: &std::path::Path, kg: u32, data: &KeyGroupData, elements: &[Vec<u8>]) -> TaskRestore {
     let write = |rel: &str, bytes: &[u8]| {
         let path = base.join(rel);
@@ -282,7 +285,9 @@ fn write_restore(base: &std::path::Path, kg: u32, data: &KeyGroupData, elements:
         std::fs::write(&path, bytes).unwrap_or_else(|e| panic!("write: {e}"));
         StateFile { path: rel.to_owned(), size: bytes.len() as u64, crc32: crc32fast::hash(bytes) }
     };
-    let keyed = write("chk-1/op-kg.state", &codec::encode(kg, data));
+    let keyed = write("chk-1/op-0.state", &codec::encode(kg, data));
+    let segment =
+        KeyGroupSegment { file: keyed.path.clone(), offset: 0, length: keyed.size, crc32: keyed.crc32 };
     let mut list_bytes = Vec::new();
     let mut ranges = Vec::new();
     for e in elements {
@@ -292,7 +297,7 @@ fn write_restore(base: &std::path::Path, kg: u32, data: &KeyGroupData, elements:
     }
     let list = write("chk-1/op-0-offsets.state", &list_bytes);
     let op = OperatorRestore {
-        keyed: BTreeMap::from([(kg, keyed)]),
+        keyed: KeyedStateHandle { key_groups: BTreeMap::from([(kg, segment)]), files: vec![keyed] },
         list_states: vec![AssignedListState {
             name: "offsets".into(),
             mode: OperatorStateMode::RoundRobin,
@@ -311,9 +316,9 @@ fn write_restore(base: &std::path::Path, kg: u32, data: &KeyGroupData, elements:
 enum RestoreDamage {
     /// The handles damaged (as a leader's deployment carries them).
     Handles(Vec<JsonOp>, Vec<ByteOp>),
-    /// The key-group file damaged, its handle updated to match (so the decoder sees it).
+    /// The keyed-state file damaged, its handle updated to match (so the decoder sees it).
     KeyGroupFile(Vec<ByteOp>),
-    /// The key-group file damaged behind its handle's back.
+    /// The keyed-state file damaged behind its handle's back.
     Stale(Vec<ByteOp>),
 }
 
@@ -332,7 +337,7 @@ fn restores_load_or_fail_with_a_state_error_never_panic() {
         let restore = write_restore(base, kg, &data, &elements);
         let loaded = load(&restore).unwrap_or_else(|e| panic!("a valid restore failed: {e}"));
         let op = &loaded.operators["op"];
-        prop_assert_eq!(&op.groups[0].1, &data);
+        prop_assert_eq!(&op.groups[0].data, &data);
         prop_assert_eq!(&op.lists[0].2, &elements);
 
         let restore = match &damage {
@@ -347,14 +352,19 @@ fn restores_load_or_fail_with_a_state_error_never_panic() {
             }
             RestoreDamage::KeyGroupFile(ops) | RestoreDamage::Stale(ops) => {
                 let mut restore = restore;
-                let handle = restore.operators.get_mut("op").and_then(|o| o.keyed.get_mut(&kg));
-                let handle = handle.unwrap_or_else(|| panic!("the restore has its key group"));
-                let path = base.join(&handle.path);
+                let keyed = restore.operators.get_mut("op").map(|o| &mut o.keyed);
+                let keyed = keyed.unwrap_or_else(|| panic!("the restore has keyed state"));
+                let path = base.join(&keyed.files[0].path);
                 let bytes = apply_bytes(&std::fs::read(&path).unwrap_or_default(), ops, &[]);
                 std::fs::write(&path, &bytes).unwrap_or_else(|e| panic!("write: {e}"));
                 if matches!(damage, RestoreDamage::KeyGroupFile(_)) {
-                    handle.size = bytes.len() as u64;
-                    handle.crc32 = crc32fast::hash(&bytes);
+                    let (size, crc32) = (bytes.len() as u64, crc32fast::hash(&bytes));
+                    keyed.files[0].size = size;
+                    keyed.files[0].crc32 = crc32;
+                    if let Some(segment) = keyed.key_groups.get_mut(&kg) {
+                        segment.length = size;
+                        segment.crc32 = crc32;
+                    }
                 }
                 restore
             }
@@ -362,15 +372,19 @@ fn restores_load_or_fail_with_a_state_error_never_panic() {
         match load(&restore) {
             Ok(loaded) => {
                 for op in loaded.operators.values() {
-                    for (kg, _, file) in &op.groups {
-                        prop_assert!(restore.operators.values().any(|o| o.keyed.get(kg) == Some(file)));
+                    for g in &op.groups {
+                        let handed = restore.operators.values().any(|o| {
+                            o.keyed.key_groups.get(&g.key_group) == Some(&g.segment)
+                                && o.keyed.file(&g.segment.file) == Some(&g.file)
+                        });
+                        prop_assert!(handed, "key group {} was not in the restore", g.key_group);
                     }
                 }
                 Ok(Verdict::Accepted)
             }
             Err(e) => {
                 let stale_detected =
-                    matches!(e, StateError::SizeMismatch { .. } | StateError::ChecksumMismatch { .. });
+                    matches!(e, StateError::SizeMismatch { .. } | StateError::SegmentChecksumMismatch { .. });
                 if matches!(damage, RestoreDamage::Stale(_)) {
                     prop_assert!(stale_detected || matches!(e, StateError::Corrupt { .. }), "{e}");
                 }

@@ -260,25 +260,34 @@ async fn incremental_checkpoints_reuse_files_of_unchanged_key_groups() {
         h.send(0, StreamElement::Record(rec(key, 1))).await;
     }
     let (s1, m1) = checkpoint(&mut h, 1).await;
-    let files1 = &s1.operators["count"].keyed;
-    assert!(files1.len() > 5);
-    assert!(files1.values().all(|f| f.is_shared()), "incremental files live in shared/");
+    let keyed1 = &s1.operators["count"].keyed;
+    assert!(keyed1.key_groups.len() > 5);
+    assert_eq!(keyed1.files.len(), 1, "one file for all key groups");
+    assert!(keyed1.files[0].is_shared(), "incremental files live in shared/");
     assert_eq!(m1.bytes_persisted, s1.state_size());
+    assert_eq!(m1.bytes_persisted, keyed1.files[0].size);
 
-    // Not yet confirmed: checkpoint 2 must not reference checkpoint 1's files.
+    // Not yet confirmed: checkpoint 2 must not reference checkpoint 1's file.
     let (s2, _) = checkpoint(&mut h, 2).await;
-    assert!(s2.operators["count"].keyed.values().all(|f| !files1.values().any(|g| g == f)));
+    let keyed2 = s2.operators["count"].keyed.clone();
+    assert_eq!(keyed2.files.len(), 1);
+    assert_ne!(keyed2.files[0].path, keyed1.files[0].path);
     h.control(1, ToTask::NotifyCheckpointComplete { checkpoint_id: 2 }).await;
-    let files2 = s2.operators["count"].keyed.clone();
 
     h.send(0, StreamElement::Record(rec(3, 2))).await;
     let (s3, m3) = checkpoint(&mut h, 3).await;
-    let files3 = &s3.operators["count"].keyed;
-    assert_eq!(files3.len(), files2.len());
-    let changed: Vec<u32> = files3.iter().filter(|(kg, f)| files2[*kg] != **f).map(|(kg, _)| *kg).collect();
+    let keyed3 = &s3.operators["count"].keyed;
+    assert_eq!(keyed3.key_groups.len(), keyed2.key_groups.len());
+    let changed: Vec<u32> =
+        keyed3.key_groups.iter().filter(|(kg, s)| keyed2.key_groups[*kg] != **s).map(|(kg, _)| *kg).collect();
     assert_eq!(changed.len(), 1, "only the key group of key 3 is uploaded again");
+    let new_file = &keyed3.key_groups[&changed[0]].file;
+    assert_ne!(new_file, &keyed2.files[0].path);
+    let paths: Vec<&str> = keyed3.files.iter().map(|f| f.path.as_str()).collect();
+    assert_eq!(paths.len(), 2, "the new file and checkpoint 2's, each once: {paths:?}");
+    assert!(paths.contains(&new_file.as_str()) && paths.contains(&keyed2.files[0].path.as_str()));
     assert!(m3.bytes_persisted < m3.state_size, "{m3:?}");
-    assert_eq!(m3.bytes_persisted, files3[&changed[0]].size);
+    assert_eq!(m3.bytes_persisted, keyed3.key_groups[&changed[0]].length);
 
     h.control(1, ToTask::Cancel).await;
     h.handle.await.unwrap();
@@ -326,18 +335,20 @@ async fn checksum_mismatch_is_detected_on_restore() {
     ok.control(1, ToTask::Cancel).await;
     ok.handle.await.unwrap();
 
-    // One flipped byte in one key-group file.
-    let victim = state.operators["count"].keyed.values().next().unwrap();
-    let path = storage.job_dir().join(&victim.path);
+    // One flipped byte in the segment of one key group.
+    let (kg, victim) = state.operators["count"].keyed.key_groups.iter().nth(1).unwrap();
+    let path = storage.job_dir().join(&victim.file);
     let mut bytes = std::fs::read(&path).unwrap();
-    let mid = bytes.len() / 2;
-    bytes[mid] ^= 0x01;
+    bytes[(victim.offset + victim.length / 2) as usize] ^= 0x01;
     std::fs::write(&path, bytes).unwrap();
     let bad = counter_harness(storage, false, Some(restore));
     match bad.handle.await.unwrap() {
-        TaskOutcome::Failed(cause) => {
-            assert!(cause.contains("CRC-32") && cause.contains(&victim.path), "cause: {cause}")
-        }
+        TaskOutcome::Failed(cause) => assert!(
+            cause.contains("CRC-32")
+                && cause.contains(&victim.file)
+                && cause.contains(&format!("key group {kg} ")),
+            "cause: {cause}"
+        ),
         other => panic!("a corrupt state file must fail the restore, got {other:?}"),
     }
 }
@@ -423,4 +434,65 @@ async fn failing_synchronous_part_declines_and_the_task_keeps_running() {
     assert!(!state.operators["count"].keyed.is_empty(), "the next checkpoint carries the state");
     h.control(1, ToTask::Cancel).await;
     assert_eq!(h.handle.await.unwrap(), TaskOutcome::Canceled);
+}
+
+/// A checkpoint of the former format (one shared file per key group, `_metadata` version 1)
+/// restores into a running task, whose next incremental checkpoint keeps referencing the files
+/// of unchanged key groups and writes the changed one into one new file.
+#[tokio::test]
+async fn a_checkpoint_with_a_file_per_key_group_restores_and_is_reused() {
+    init_tracing();
+    let dir = tempfile::tempdir().unwrap();
+    let storage = CheckpointStorage::new(dir.path(), "job");
+    let mut groups: BTreeMap<u32, cairn_taskrt::state::codec::KeyGroupData> = BTreeMap::new();
+    for key in 0..10u64 {
+        let data = groups.entry(cairn_protocol::keygroups::key_group_of(key, 128)).or_default();
+        data.values.entry("count".into()).or_default().insert(key, 5u64.to_le_bytes().to_vec());
+    }
+    let mut keyed = serde_json::Map::new();
+    for (kg, data) in &groups {
+        let rel = format!("shared/count-kg-{kg}-00{kg:030x}.state");
+        let bytes = cairn_taskrt::state::codec::encode(*kg, data);
+        std::fs::create_dir_all(storage.layout().shared_dir()).unwrap();
+        std::fs::write(storage.job_dir().join(&rel), &bytes).unwrap();
+        let file = serde_json::json!({ "path": rel, "size": bytes.len(), "crc32": crc32fast::hash(&bytes) });
+        keyed.insert(kg.to_string(), file);
+    }
+    let v1 = serde_json::json!({
+        "version": 1, "job": "job", "checkpoint_id": 3, "kind": "checkpoint",
+        "trigger_time_ms": 1, "completion_time_ms": 2,
+        "vertices": { "count": { "parallelism": 1, "max_parallelism": 128 } },
+        "subtasks": { "count/0": { "operators": { "count": { "keyed": keyed, "list_states": [] } } } },
+        "master_states": {}
+    });
+    let path = storage.layout().metadata_path(3);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(&path, serde_json::to_vec(&v1).unwrap()).unwrap();
+    let meta = cairn_protocol::checkpoint::read_metadata_unverified(&path).unwrap();
+    let graph = JobGraph { vertices: vec![counter_vertex(1)], edges: vec![] };
+    let restore = assign_states(&meta, storage.job_dir(), &graph, false).unwrap().task("count", 0).cloned();
+
+    let mut h = counter_harness(storage.clone(), true, restore);
+    h.wait_running().await;
+    h.send(0, StreamElement::Record(rec(3, 1))).await;
+    let (state, m4) = checkpoint(&mut h, 4).await;
+    h.control(1, ToTask::Cancel).await;
+    h.handle.await.unwrap();
+
+    let changed = cairn_protocol::keygroups::key_group_of(3, 128);
+    let keyed = &state.operators["count"].keyed;
+    assert_eq!(keyed.key_groups.len(), groups.len());
+    for (kg, segment) in &keyed.key_groups {
+        if *kg == changed {
+            assert_eq!(segment.length, m4.bytes_persisted, "only key group {kg} is written");
+        } else {
+            let old = meta.subtasks["count/0"].operators["count"].keyed.key_groups[kg].clone();
+            assert_eq!(*segment, old, "unchanged key group {kg} references its former file");
+        }
+    }
+    assert_eq!(keyed.files.len(), groups.len(), "the unchanged groups' files and one new file");
+    let counts =
+        keyed_counts(&metadata(4, "count", 1, vec![state.clone()]), storage.job_dir(), "count", "count");
+    let expected: BTreeMap<u64, u64> = (0..10).map(|k| (k, if k == 3 { 6 } else { 5 })).collect();
+    assert_eq!(counts, expected);
 }

@@ -152,7 +152,7 @@ mod tests {
     fn meta(id: u64, paths: &[&str]) -> CheckpointMetadata {
         let mut op = OperatorSubtaskState::default();
         for (i, p) in paths.iter().enumerate() {
-            op.keyed.insert(i as u32, file(p));
+            op.keyed.insert_whole_file(i as u32, file(p));
         }
         let st = SubtaskState { operators: BTreeMap::from([("op".to_string(), op)]) };
         CheckpointMetadata {
@@ -180,6 +180,45 @@ mod tests {
         assert!(r.is_referenced("chk-2/a"));
         assert_eq!(r.release(2), vec!["shared/y".to_string(), "shared/z".to_string()]);
         assert_eq!(r.release(2), Vec::<String>::new(), "releasing twice is harmless");
+    }
+
+    /// Incremental checkpoints reference segments of earlier shared files: a file counts once per
+    /// checkpoint however many of its segments it references, and is released only when no
+    /// registered checkpoint references any segment of it.
+    #[test]
+    fn a_shared_file_is_kept_while_any_segment_of_it_is_referenced() {
+        use cairn_protocol::checkpoint::{KeyGroupSegment, KeyedStateHandle};
+        let shared = StateFile { path: "shared/op-0-a.state".into(), size: 30, crc32: 1 };
+        let later = StateFile { path: "shared/op-0-b.state".into(), size: 10, crc32: 2 };
+        let segment =
+            |f: &StateFile, offset| KeyGroupSegment { file: f.path.clone(), offset, length: 10, crc32: 0 };
+        // Checkpoint 1 wrote key groups 0..3 into `shared`; checkpoint 2 rewrote key group 0 into
+        // `later` and references key groups 1 and 2 in `shared`.
+        let one = KeyedStateHandle {
+            key_groups: BTreeMap::from([
+                (0, segment(&shared, 0)),
+                (1, segment(&shared, 10)),
+                (2, segment(&shared, 20)),
+            ]),
+            files: vec![shared.clone()],
+        };
+        let two = KeyedStateHandle {
+            key_groups: BTreeMap::from([
+                (0, segment(&later, 0)),
+                (1, segment(&shared, 10)),
+                (2, segment(&shared, 20)),
+            ]),
+            files: vec![shared.clone(), later.clone()],
+        };
+        let op = |keyed: KeyedStateHandle| OperatorSubtaskState { keyed, list_states: Vec::new() };
+        let (one, two) = (op(one), op(two));
+        let mut r = SharedStateRegistry::new();
+        r.register(1, one.files());
+        r.register(2, two.files());
+        assert_eq!(r.ref_count(&shared.path), 2, "once per checkpoint, not per segment");
+        assert_eq!(r.release(1), Vec::<String>::new(), "checkpoint 2 still references two of its segments");
+        assert!(r.is_referenced(&shared.path));
+        assert_eq!(r.release(2), vec![shared.path.clone(), later.path.clone()]);
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use proptest::prelude::*;
 
-use crate::checkpoint::{OperatorListState, SubtaskState, VertexInfo};
+use crate::checkpoint::{KeyGroupSegment, OperatorListState, SubtaskState, VertexInfo};
 use crate::graph::{ChainedOperator, OperatorSpec};
 
 use super::*;
@@ -69,11 +69,17 @@ fn random_snapshot(g: &mut Gen, graph: &JobGraph) -> CheckpointMetadata {
             let mut st = SubtaskState::default();
             for (op, _) in v.operators() {
                 let mut s = OperatorSubtaskState::default();
+                // One file per subtask and operator, 4 bytes per key group written.
+                let path = format!("chk-1/{op}-{i}.state");
                 for kg in range.start..=range.end {
                     if g.chance(60) {
-                        let file = StateFile { path: format!("chk-1/{op}-kg-{kg}"), size: 4, crc32: kg };
-                        s.keyed.insert(kg, file);
+                        let offset = s.keyed.segment_bytes();
+                        let segment = KeyGroupSegment { file: path.clone(), offset, length: 4, crc32: kg };
+                        s.keyed.key_groups.insert(kg, segment);
                     }
+                }
+                if !s.keyed.key_groups.is_empty() {
+                    s.keyed.files.push(StateFile { path, size: s.keyed.segment_bytes(), crc32: i });
                 }
                 for (name, mode) in [("rr", OperatorStateMode::RoundRobin), ("all", OperatorStateMode::Union)]
                 {
@@ -133,7 +139,7 @@ fn evolve(g: &mut Gen, old: &JobGraph) -> JobGraph {
 /// Where the state of one old operator is: keyed groups, round-robin and union elements.
 #[derive(Default)]
 struct OldState {
-    keyed: Vec<u32>,
+    keyed: BTreeMap<u32, KeyGroupSegment>,
     rr: Vec<(String, u64)>,
     union: Vec<(String, u64)>,
     /// List states registered (an empty one is state too: it must map somewhere).
@@ -148,7 +154,7 @@ fn old_state(meta: &CheckpointMetadata) -> BTreeMap<String, OldState> {
         for (op, s) in &st.operators {
             let e = out.entry(op.clone()).or_default();
             e.max_parallelism = meta.vertices[vertex].max_parallelism;
-            e.keyed.extend(s.keyed.keys());
+            e.keyed.extend(s.keyed.key_groups.iter().map(|(kg, seg)| (*kg, seg.clone())));
             e.lists += s.list_states.len();
             for l in &s.list_states {
                 let elements = l.offsets.iter().map(|o| (l.file.path.clone(), *o));
@@ -214,8 +220,10 @@ fn check(seed: u64, allow: bool) -> Result<(), TestCaseError> {
                 for (key, t) in &a.subtasks {
                     let Some(r) = t.operators.get(op) else { continue };
                     prop_assert!(key.starts_with(&format!("{}/", v.id)), "{op} state landed on {key}");
-                    for kg in r.keyed.keys() {
+                    prop_assert_eq!(r.keyed.validate(), Ok(()));
+                    for (kg, segment) in &r.keyed.key_groups {
                         prop_assert!(t.key_groups.contains(*kg), "kg {kg} outside {key}'s range");
+                        prop_assert_eq!(Some(segment), s.keyed.get(kg), "kg {} of {} moved bytes", kg, op);
                         *keyed.entry(*kg).or_default() += 1;
                     }
                     for l in &r.list_states {
@@ -230,7 +238,7 @@ fn check(seed: u64, allow: bool) -> Result<(), TestCaseError> {
                         }
                     }
                 }
-                for kg in &s.keyed {
+                for kg in s.keyed.keys() {
                     prop_assert_eq!(keyed.get(kg).copied(), Some(1), "kg {} of {}", kg, op);
                 }
                 prop_assert_eq!(keyed.len(), s.keyed.len());

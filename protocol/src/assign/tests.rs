@@ -1,6 +1,6 @@
 use std::collections::BTreeMap;
 
-use crate::checkpoint::{OperatorListState, SubtaskState, VertexInfo};
+use crate::checkpoint::{KeyGroupSegment, OperatorListState, SubtaskState, VertexInfo};
 use crate::graph::{ChainedOperator, OperatorSpec};
 
 use super::*;
@@ -58,11 +58,17 @@ fn base() -> &'static Path {
     Path::new("/cp/j")
 }
 
-/// One operator `op` with keyed files for the given key groups.
+/// One operator `op` with the given key groups, 10 bytes each, in one file named after the first.
 fn keyed(op: &str, groups: impl IntoIterator<Item = u32>) -> SubtaskState {
     let mut s = OperatorSubtaskState::default();
-    for kg in groups {
-        s.keyed.insert(kg, file(&format!("chk-1/kg-{kg}"), 1));
+    let groups: Vec<u32> = groups.into_iter().collect();
+    let path = format!("chk-1/{op}-{}.state", groups.first().copied().unwrap_or(0));
+    for (i, kg) in groups.iter().enumerate() {
+        let segment = KeyGroupSegment { file: path.clone(), offset: i as u64 * 10, length: 10, crc32: *kg };
+        s.keyed.key_groups.insert(*kg, segment);
+    }
+    if !groups.is_empty() {
+        s.keyed.files.push(file(&path, groups.len() as u64 * 10));
     }
     SubtaskState { operators: BTreeMap::from([(op.to_string(), s)]) }
 }
@@ -76,7 +82,7 @@ fn list(
     size: u64,
 ) -> SubtaskState {
     let l = OperatorListState { name: name.into(), mode, file: file(path, size), offsets };
-    let s = OperatorSubtaskState { keyed: BTreeMap::new(), list_states: vec![l] };
+    let s = OperatorSubtaskState { keyed: KeyedStateHandle::default(), list_states: vec![l] };
     SubtaskState { operators: BTreeMap::from([(op.to_string(), s)]) }
 }
 
@@ -85,12 +91,22 @@ fn keyed_state_reassigned_by_key_group_on_rescale() {
     // max parallelism 8, parallelism 2 → 3: old ranges [0,3] [4,7]; new [0,2] [3,5] [6,7].
     let m = meta(1, "v", 2, 8, vec![keyed("op", 0..4), keyed("op", 4..8)]);
     let a = assign_states(&m, base(), &target("v", 3, 8, &["op"]), false).unwrap();
-    let groups = |key: &str| a.subtasks[key].operators["op"].keyed.keys().copied().collect::<Vec<_>>();
+    let groups =
+        |key: &str| a.subtasks[key].operators["op"].keyed.key_groups.keys().copied().collect::<Vec<_>>();
     assert_eq!(groups("v/0"), vec![0, 1, 2]);
     assert_eq!(groups("v/1"), vec![3, 4, 5]);
     assert_eq!(groups("v/2"), vec![6, 7]);
     assert_eq!(a.subtasks["v/1"].key_groups, KeyGroupRange { start: 3, end: 5 });
-    assert_eq!(a.subtasks["v/1"].operators["op"].keyed[&4].path, "chk-1/kg-4");
+    let middle = &a.subtasks["v/1"].operators["op"].keyed;
+    assert_eq!(
+        middle.key_groups[&4],
+        KeyGroupSegment { file: "chk-1/op-4.state".into(), offset: 0, length: 10, crc32: 4 }
+    );
+    assert_eq!(middle.key_groups[&3].file, "chk-1/op-0.state");
+    let paths: Vec<&str> = middle.files.iter().map(|f| f.path.as_str()).collect();
+    assert_eq!(paths, ["chk-1/op-0.state", "chk-1/op-4.state"], "both files, each once");
+    let last = &a.subtasks["v/2"].operators["op"].keyed;
+    assert_eq!(last.files, vec![file("chk-1/op-4.state", 40)], "only the file of its key groups");
     assert_eq!(a.base_dir, PathBuf::from("/cp/j"));
     assert_eq!(a.task("v", 2).map(|t| t.base_dir.clone()), Some(PathBuf::from("/cp/j")));
 }
@@ -193,7 +209,7 @@ fn a_renamed_vertex_is_refused_not_restored_empty() {
 fn state_follows_an_operator_into_another_vertex() {
     let m = meta(1, "old", 2, 8, vec![keyed("op", 0..4), keyed("op", 4..8)]);
     let a = assign_states(&m, base(), &target("new", 1, 8, &["op"]), false).unwrap();
-    assert_eq!(a.subtasks["new/0"].operators["op"].keyed.len(), 8);
+    assert_eq!(a.subtasks["new/0"].operators["op"].keyed.key_groups.len(), 8);
 }
 
 #[test]
@@ -217,4 +233,50 @@ fn list_offsets_outside_the_file_are_corrupt() {
     let m = meta(1, "src", 1, 8, vec![list("op", "s", rr, "chk-1/a", vec![0, 30], 20)]);
     let err = assign_states(&m, base(), &target("src", 1, 8, &["op"]), false).unwrap_err();
     assert!(matches!(err, AssignError::CorruptState { .. }), "{err}");
+}
+
+#[test]
+fn keyed_state_of_four_subtasks_merges_into_two() {
+    let m =
+        meta(1, "v", 4, 8, vec![keyed("op", 0..2), keyed("op", 2..4), keyed("op", 4..6), keyed("op", 6..8)]);
+    let a = assign_states(&m, base(), &target("v", 2, 8, &["op"]), false).unwrap();
+    for (key, firsts) in [("v/0", [0, 2]), ("v/1", [4, 6])] {
+        let keyed = &a.subtasks[key].operators["op"].keyed;
+        assert_eq!(keyed.key_groups.len(), 4);
+        let paths: Vec<String> = keyed.files.iter().map(|f| f.path.clone()).collect();
+        assert_eq!(paths, firsts.map(|f| format!("chk-1/op-{f}.state")));
+        assert_eq!(keyed.validate(), Ok(()));
+    }
+}
+
+/// After a rescale, incremental checkpoints of two subtasks may reference one shared file, each
+/// for its own key groups.
+#[test]
+fn a_shared_file_referenced_by_two_subtasks_is_pooled_once() {
+    let shared = file("shared/op-0-ab.state", 20);
+    let half = |kg: u32| {
+        let mut s = OperatorSubtaskState::default();
+        let segment =
+            KeyGroupSegment { file: shared.path.clone(), offset: u64::from(kg) * 10, length: 10, crc32: 0 };
+        s.keyed.key_groups.insert(kg, segment);
+        s.keyed.files.push(shared.clone());
+        SubtaskState { operators: BTreeMap::from([("op".to_string(), s)]) }
+    };
+    let m = meta(1, "v", 2, 2, vec![half(0), half(1)]);
+    let a = assign_states(&m, base(), &target("v", 1, 2, &["op"]), false).unwrap();
+    let keyed = &a.subtasks["v/0"].operators["op"].keyed;
+    assert_eq!(keyed.files, vec![shared.clone()]);
+    assert_eq!(keyed.key_groups.len(), 2);
+
+    let mut conflicting = half(1);
+    conflicting.operators.get_mut("op").unwrap().keyed.files[0].crc32 = 9;
+    let m = meta(1, "v", 2, 2, vec![half(0), conflicting]);
+    let err = assign_states(&m, base(), &target("v", 1, 2, &["op"]), false).unwrap_err();
+    assert!(err.to_string().contains("different sizes or checksums"), "{err}");
+
+    let mut overlapping = half(1);
+    overlapping.operators.get_mut("op").unwrap().keyed.key_groups.get_mut(&1).unwrap().offset = 5;
+    let m = meta(1, "v", 2, 2, vec![half(0), overlapping]);
+    let err = assign_states(&m, base(), &target("v", 1, 2, &["op"]), false).unwrap_err();
+    assert!(err.to_string().contains("key groups 0 and 1 overlap"), "{err}");
 }

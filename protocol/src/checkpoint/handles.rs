@@ -1,14 +1,16 @@
-//! State handles: the serializable description of the state a subtask wrote for one checkpoint.
-
-use std::collections::BTreeMap;
+//! State handles: the serializable pieces describing the state a subtask wrote for one checkpoint
+//! (files, key-group ranges, list state, figures); they are put together per operator and
+//! subtask in `subtask`, keyed state indexed in `keyed`.
 
 use serde::{Deserialize, Serialize};
+
+use super::layout::is_shared_path;
 
 /// One file of state, addressed relative to the job's checkpoint directory (or, inside a
 /// savepoint, relative to the savepoint directory).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct StateFile {
-    /// Relative path, e.g. `chk-7/map-0-kg-12.state` or `shared/map-kg-12-<uuid>.state`.
+    /// Relative path, e.g. `chk-7/map-0.state` or `shared/map-0-<random>.state`.
     pub path: String,
     pub size: u64,
     /// CRC-32 (IEEE) of the file's bytes; verified on restore.
@@ -19,7 +21,7 @@ impl StateFile {
     /// Files under `shared/` may be referenced by several checkpoints (incremental mode) and are
     /// reference-counted; every other file belongs to exactly one checkpoint.
     pub fn is_shared(&self) -> bool {
-        self.path.starts_with("shared/")
+        is_shared_path(&self.path)
     }
 }
 
@@ -79,43 +81,6 @@ pub struct OperatorListState {
     /// Byte offset of each element in `file`; element `i` spans `offsets[i]..offsets[i+1]` (or to
     /// the end of the file for the last one).
     pub offsets: Vec<u64>,
-}
-
-/// The state of one operator inside one subtask.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub struct OperatorSubtaskState {
-    /// Keyed state, one file per non-empty key group.
-    pub keyed: BTreeMap<u32, StateFile>,
-    pub list_states: Vec<OperatorListState>,
-}
-
-impl OperatorSubtaskState {
-    pub fn is_empty(&self) -> bool {
-        self.keyed.is_empty() && self.list_states.is_empty()
-    }
-
-    pub fn files(&self) -> impl Iterator<Item = &StateFile> {
-        self.keyed.values().chain(self.list_states.iter().map(|l| &l.file))
-    }
-}
-
-/// What one subtask acknowledges for one checkpoint: the state of each of its operators, by
-/// operator id (stable across restarts; see the job graph).
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub struct SubtaskState {
-    pub operators: BTreeMap<String, OperatorSubtaskState>,
-}
-
-impl SubtaskState {
-    pub fn files(&self) -> impl Iterator<Item = &StateFile> {
-        self.operators.values().flat_map(|o| o.files())
-    }
-
-    /// Bytes of state referenced (shared files included). Saturates: the sizes come from a
-    /// task's report, and a report that cannot be true must not overflow the leader's sum.
-    pub fn state_size(&self) -> u64 {
-        self.files().fold(0, |total, f| total.saturating_add(f.size))
-    }
 }
 
 /// Figures a subtask reports with its acknowledgement (Flink's per-subtask checkpoint stats).

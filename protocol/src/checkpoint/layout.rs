@@ -62,6 +62,12 @@ impl CheckpointLayout {
     }
 }
 
+/// Whether a relative path lies under `shared/`: such files may be referenced by several
+/// checkpoints (incremental mode) and are reference-counted.
+pub fn is_shared_path(rel: &str) -> bool {
+    rel.strip_prefix(SHARED_DIR).is_some_and(|rest| rest.starts_with('/'))
+}
+
 /// Rejects relative paths that could escape their base directory (absolute, `..`, empty).
 pub fn is_safe_relative(rel: &str) -> bool {
     !rel.is_empty()

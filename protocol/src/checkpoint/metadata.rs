@@ -4,7 +4,11 @@
 //! state handles and the coordinator-side (master hook) state. It is written to a temporary file,
 //! fsynced, renamed into place and the directory fsynced (and the directory's own entry in its
 //! parent), so a reader sees either nothing or the whole file, also after a power loss; a read
-//! verifies size and checksum against the pointer before decoding.
+//! verifies size and checksum against the pointer before decoding, and every state handle in it
+//! after decoding.
+//!
+//! Versions: 1 had keyed state as one file per key group; 2 has one file per operator and
+//! checkpoint indexed by key group (see `keyed`). Both decode.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -12,10 +16,11 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::handles::SubtaskState;
+use super::keyed::HandleError;
+use super::subtask::SubtaskState;
 
 /// Version of the `_metadata` encoding written by this build.
-pub const METADATA_VERSION: u32 = 1;
+pub const METADATA_VERSION: u32 = 2;
 
 /// Contents of `_metadata`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -51,6 +56,39 @@ impl CheckpointMetadata {
     pub fn state_size(&self) -> u64 {
         self.subtasks.values().fold(0, |total, s| total.saturating_add(s.state_size()))
     }
+
+    /// Checks every state handle (see `OperatorSubtaskState::validate`), and that key groups lie
+    /// below their vertex's max parallelism where the vertex is known (which subtasks and
+    /// vertices a snapshot may hold is the assignment's concern).
+    pub fn validate_handles(&self) -> Result<(), InvalidHandle> {
+        for (subtask, state) in &self.subtasks {
+            let vertex = subtask.rsplit_once('/').map_or(subtask.as_str(), |(v, _)| v);
+            let max_parallelism = self.vertices.get(vertex).map(|v| v.max_parallelism);
+            for (operator, op) in &state.operators {
+                let invalid = |reason: String| InvalidHandle {
+                    subtask: subtask.clone(),
+                    operator: operator.clone(),
+                    reason,
+                };
+                op.validate().map_err(|e: HandleError| invalid(e.to_string()))?;
+                if let (Some(max), Some(kg)) = (max_parallelism, op.keyed.key_groups.keys().next_back())
+                    && *kg >= max
+                {
+                    return Err(invalid(format!("key group {kg} is not below max parallelism {max}")));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A state handle in `_metadata` that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("subtask {subtask}, operator {operator}: {reason}")]
+pub struct InvalidHandle {
+    pub subtask: String,
+    pub operator: String,
+    pub reason: String,
 }
 
 /// Locates and verifies a `_metadata` file; this is what Raft stores.
@@ -75,6 +113,8 @@ pub enum MetadataError {
     Decode { path: PathBuf, source: serde_json::Error },
     #[error("checkpoint metadata {path} has version {version}; this build reads up to {METADATA_VERSION}")]
     UnsupportedVersion { path: PathBuf, version: u32 },
+    #[error("checkpoint metadata {path} has an invalid state handle: {source}")]
+    InvalidHandle { path: PathBuf, source: InvalidHandle },
 }
 
 /// Encodes and durably writes `meta` to `path` (creating parent directories).
@@ -149,8 +189,8 @@ pub fn read_metadata(ptr: &MetadataPointer) -> Result<CheckpointMetadata, Metada
     decode_metadata(path, &bytes)
 }
 
-/// Reads `_metadata` without a pointer (e.g. a savepoint given by path): decodes and checks the
-/// version only.
+/// Reads `_metadata` without a pointer (e.g. a savepoint given by path): decodes, checks the
+/// version and the state handles.
 pub fn read_metadata_unverified(path: &Path) -> Result<CheckpointMetadata, MetadataError> {
     let bytes =
         std::fs::read(path).map_err(|source| MetadataError::Read { path: path.to_owned(), source })?;
@@ -163,17 +203,30 @@ fn decode_metadata(path: &Path, bytes: &[u8]) -> Result<CheckpointMetadata, Meta
     if meta.version > METADATA_VERSION {
         return Err(MetadataError::UnsupportedVersion { path: path.to_owned(), version: meta.version });
     }
+    meta.validate_handles()
+        .map_err(|source| MetadataError::InvalidHandle { path: path.to_owned(), source })?;
     Ok(meta)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checkpoint::handles::{OperatorSubtaskState, StateFile};
+    use crate::checkpoint::handles::StateFile;
+    use crate::checkpoint::keyed::{KeyGroupSegment, KeyedStateHandle};
+    use crate::checkpoint::subtask::OperatorSubtaskState;
+
+    fn segment(offset: u64, length: u64) -> KeyGroupSegment {
+        KeyGroupSegment { file: "chk-4/count-0.state".into(), offset, length, crc32: 1 }
+    }
 
     fn sample() -> CheckpointMetadata {
-        let mut op = OperatorSubtaskState::default();
-        op.keyed.insert(3, StateFile { path: "chk-4/count-kg-3.state".into(), size: 10, crc32: 1 });
+        let op = OperatorSubtaskState {
+            keyed: KeyedStateHandle {
+                key_groups: BTreeMap::from([(3, segment(0, 10)), (5, segment(10, 6))]),
+                files: vec![StateFile { path: "chk-4/count-0.state".into(), size: 16, crc32: 9 }],
+            },
+            list_states: Vec::new(),
+        };
         let mut st = SubtaskState::default();
         st.operators.insert("count".into(), op);
         CheckpointMetadata {
@@ -211,5 +264,77 @@ mod tests {
         assert!(matches!(read_metadata(&ptr), Err(MetadataError::SizeMismatch { .. })));
         std::fs::remove_file(&path).unwrap();
         assert!(matches!(read_metadata(&ptr), Err(MetadataError::Read { .. })));
+    }
+
+    /// `_metadata` as version 1 wrote it: keyed state as one file per key group.
+    const VERSION_1: &str = r#"{
+  "version": 1,
+  "job": "j",
+  "checkpoint_id": 4,
+  "kind": "checkpoint",
+  "trigger_time_ms": 1,
+  "completion_time_ms": 2,
+  "vertices": { "count": { "parallelism": 1, "max_parallelism": 8 } },
+  "subtasks": {
+    "count/0": {
+      "operators": {
+        "count": {
+          "keyed": {
+            "3": { "path": "chk-4/count-kg-3.state", "size": 10, "crc32": 1 },
+            "5": { "path": "shared/count-kg-5-00ff.state", "size": 6, "crc32": 2 }
+          },
+          "list_states": []
+        }
+      }
+    }
+  },
+  "master_states": {}
+}"#;
+
+    #[test]
+    fn version_1_metadata_decodes_as_one_segment_per_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("_metadata");
+        std::fs::write(&path, VERSION_1).unwrap();
+        let ptr = MetadataPointer {
+            path: path.clone(),
+            size: VERSION_1.len() as u64,
+            crc32: crc32fast::hash(VERSION_1.as_bytes()),
+        };
+        let meta = read_metadata(&ptr).unwrap();
+        assert_eq!(meta, read_metadata_unverified(&path).unwrap());
+        let keyed = &meta.subtasks["count/0"].operators["count"].keyed;
+        let whole =
+            |file: &str, length, crc32| KeyGroupSegment { file: file.into(), offset: 0, length, crc32 };
+        assert_eq!(keyed.key_groups[&3], whole("chk-4/count-kg-3.state", 10, 1));
+        assert_eq!(keyed.key_groups[&5], whole("shared/count-kg-5-00ff.state", 6, 2));
+        let paths: Vec<&str> = meta.subtasks["count/0"].files().map(|f| f.path.as_str()).collect();
+        assert_eq!(paths, ["chk-4/count-kg-3.state", "shared/count-kg-5-00ff.state"]);
+        assert_eq!(meta.state_size(), 16);
+        // Written again, it is version 2 and reads back the same.
+        let again = dir.path().join("again/_metadata");
+        let meta2 = CheckpointMetadata { version: METADATA_VERSION, ..meta.clone() };
+        let ptr = write_metadata(&again, &meta2).unwrap();
+        assert_eq!(read_metadata(&ptr).unwrap().subtasks, meta.subtasks);
+    }
+
+    #[test]
+    fn metadata_with_an_invalid_handle_is_refused_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("_metadata");
+        let mut bad = sample();
+        let op = bad.subtasks.get_mut("count/0").unwrap().operators.get_mut("count").unwrap();
+        op.keyed.key_groups.insert(6, segment(12, 8));
+        let ptr = write_metadata(&path, &bad).unwrap();
+        let err = read_metadata(&ptr).unwrap_err();
+        assert!(matches!(err, MetadataError::InvalidHandle { .. }), "{err}");
+        let text = err.to_string();
+        assert!(text.contains("count/0") && text.contains("key group 6"), "{text}");
+
+        let mut beyond = sample();
+        beyond.vertices.get_mut("count").unwrap().max_parallelism = 4;
+        let ptr = write_metadata(&path, &beyond).unwrap();
+        let err = read_metadata(&ptr).unwrap_err();
+        assert!(err.to_string().contains("key group 5 is not below max parallelism 4"), "{err}");
     }
 }

@@ -14,8 +14,8 @@ use cairn_protocol::assign::{
 };
 use cairn_protocol::checkpoint::metadata::METADATA_VERSION;
 use cairn_protocol::checkpoint::{
-    CheckpointKind, CheckpointMetadata, KeyGroupRange, OperatorListState, OperatorStateMode,
-    OperatorSubtaskState, StateFile, SubtaskState, TaskCheckpointMetrics, VertexInfo,
+    CheckpointKind, CheckpointMetadata, KeyGroupRange, KeyGroupSegment, KeyedStateHandle, OperatorListState,
+    OperatorStateMode, OperatorSubtaskState, StateFile, SubtaskState, TaskCheckpointMetrics, VertexInfo,
 };
 use cairn_protocol::config::{CheckpointConfig, ExternalizedRetention};
 use cairn_protocol::graph::{ChainedOperator, Edge, JobGraph, OperatorSpec, Partitioning, Vertex};
@@ -94,8 +94,36 @@ pub fn list_state() -> BoxedStrategy<OperatorListState> {
         .boxed()
 }
 
+pub fn segment() -> BoxedStrategy<KeyGroupSegment> {
+    (text(), small_u64(), small_u64(), any::<u32>())
+        .prop_map(|(file, offset, length, crc32)| KeyGroupSegment { file, offset, length, crc32 })
+        .boxed()
+}
+
+/// A keyed-state handle: consistent (key groups one after another in one file, as a task writes
+/// them) or arbitrary.
+pub fn keyed_handle() -> BoxedStrategy<KeyedStateHandle> {
+    let consistent =
+        (name(), prop::collection::btree_map(0u32..256, 1u64..64, 0..6)).prop_map(|(op, groups)| {
+            let path = format!("chk-1/{op}-0.state");
+            let mut h = KeyedStateHandle::default();
+            for (kg, length) in groups {
+                let offset = h.segment_bytes();
+                h.key_groups.insert(kg, KeyGroupSegment { file: path.clone(), offset, length, crc32: kg });
+            }
+            if !h.key_groups.is_empty() {
+                h.files.push(StateFile { path, size: h.segment_bytes(), crc32: 0 });
+            }
+            h
+        });
+    let arbitrary =
+        (prop::collection::btree_map(0u32..256, segment(), 0..5), prop::collection::vec(state_file(), 0..3))
+            .prop_map(|(key_groups, files)| KeyedStateHandle { key_groups, files });
+    prop_oneof![consistent, arbitrary].boxed()
+}
+
 pub fn operator_state() -> BoxedStrategy<OperatorSubtaskState> {
-    (prop::collection::btree_map(0u32..256, state_file(), 0..5), prop::collection::vec(list_state(), 0..3))
+    (keyed_handle(), prop::collection::vec(list_state(), 0..3))
         .prop_map(|(keyed, list_states)| OperatorSubtaskState { keyed, list_states })
         .boxed()
 }
@@ -248,17 +276,16 @@ pub fn metadata_of(graph: &JobGraph, seed: u64, checkpoint_id: u64) -> Checkpoin
             let mut st = SubtaskState::default();
             for (op, _) in v.operators() {
                 let mut s = OperatorSubtaskState::default();
+                let path = format!("chk-{checkpoint_id}/{op}-{i}.state");
                 for kg in range.start..=range.end {
                     if next() % 3 == 0 {
-                        s.keyed.insert(
-                            kg,
-                            StateFile {
-                                path: format!("chk-{checkpoint_id}/{op}-kg-{kg}"),
-                                size: 8,
-                                crc32: kg,
-                            },
-                        );
+                        let offset = s.keyed.segment_bytes();
+                        let segment = KeyGroupSegment { file: path.clone(), offset, length: 8, crc32: kg };
+                        s.keyed.key_groups.insert(kg, segment);
                     }
+                }
+                if !s.keyed.key_groups.is_empty() {
+                    s.keyed.files.push(StateFile { path, size: s.keyed.segment_bytes(), crc32: i });
                 }
                 if next() % 2 == 0 {
                     let n = next() % 5;
@@ -326,9 +353,8 @@ pub fn state_assignment() -> BoxedStrategy<StateAssignment> {
     let mode = prop_oneof![Just(OperatorStateMode::RoundRobin), Just(OperatorStateMode::Union)];
     let list = (name(), mode, prop::collection::vec(part, 0..3))
         .prop_map(|(name, mode, parts)| AssignedListState { name, mode, parts });
-    let op =
-        (prop::collection::btree_map(any::<u32>(), state_file(), 0..4), prop::collection::vec(list, 0..2))
-            .prop_map(|(keyed, list_states)| OperatorRestore { keyed, list_states });
+    let op = (keyed_handle(), prop::collection::vec(list, 0..2))
+        .prop_map(|(keyed, list_states)| OperatorRestore { keyed, list_states });
     let restore =
         (small_u64(), text(), any::<u32>(), any::<u32>(), prop::collection::btree_map(name(), op, 0..3))
             .prop_map(|(checkpoint_id, base, start, end, operators)| TaskRestore {

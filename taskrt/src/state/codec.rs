@@ -1,4 +1,5 @@
-//! Byte format of one key-group file (all integers little-endian):
+//! Byte format of one key group's segment (all integers little-endian). A keyed-state file is
+//! such segments one after another, in key-group order; the handle holds where each one is.
 //!
 //! ```text
 //! "CKG1" key_group:u32
@@ -66,36 +67,41 @@ fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
 /// Encodes one key group.
 pub fn encode(key_group: u32, data: &KeyGroupData) -> Vec<u8> {
     let mut out = Vec::with_capacity(64);
+    encode_into(&mut out, key_group, data);
+    out
+}
+
+/// Appends the encoding of one key group to `out`.
+pub fn encode_into(out: &mut Vec<u8>, key_group: u32, data: &KeyGroupData) {
     out.extend_from_slice(MAGIC);
-    put_u32(&mut out, key_group);
-    put_u32(&mut out, data.values.len() as u32);
+    put_u32(out, key_group);
+    put_u32(out, data.values.len() as u32);
     for (name, entries) in &data.values {
-        put_name(&mut out, name);
-        put_u32(&mut out, entries.len() as u32);
+        put_name(out, name);
+        put_u32(out, entries.len() as u32);
         let mut keys: Vec<_> = entries.keys().copied().collect();
         keys.sort_unstable();
         for k in keys {
-            put_u64(&mut out, k);
-            put_bytes(&mut out, &entries[&k]);
+            put_u64(out, k);
+            put_bytes(out, &entries[&k]);
         }
     }
-    put_u32(&mut out, data.maps.len() as u32);
+    put_u32(out, data.maps.len() as u32);
     for (name, per_key) in &data.maps {
-        put_name(&mut out, name);
-        put_u32(&mut out, per_key.len() as u32);
+        put_name(out, name);
+        put_u32(out, per_key.len() as u32);
         let mut keys: Vec<_> = per_key.keys().copied().collect();
         keys.sort_unstable();
         for k in keys {
             let map = &per_key[&k];
-            put_u64(&mut out, k);
-            put_u32(&mut out, map.len() as u32);
+            put_u64(out, k);
+            put_u32(out, map.len() as u32);
             for (uk, v) in map {
-                put_bytes(&mut out, uk);
-                put_bytes(&mut out, v);
+                put_bytes(out, uk);
+                put_bytes(out, v);
             }
         }
     }
-    out
 }
 
 struct Reader<'a> {
@@ -143,7 +149,7 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// Decodes one key-group file; returns the key group it declares and its data.
+/// Decodes one key group's segment; returns the key group it declares and its data.
 pub fn decode(bytes: &[u8]) -> Result<(u32, KeyGroupData), DecodeError> {
     let mut r = Reader { bytes, pos: 0 };
     if r.take(4)? != MAGIC {

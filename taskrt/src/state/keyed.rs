@@ -1,15 +1,15 @@
 //! Keyed state of one operator in one subtask: value state and map state, kept per key group.
 //!
 //! Every key group carries a version that changes on every write to it. The incremental
-//! bookkeeping compares versions: a key group whose version equals the one of the file it was
+//! bookkeeping compares versions: a key group whose version equals the one of the segment it was
 //! last uploaded to (in a checkpoint that has been *confirmed complete*) is not written again, and
-//! the new checkpoint references the earlier `shared/` file. Files of checkpoints that are not
-//! confirmed yet are never referenced, because such a checkpoint may still fail and its files be
-//! deleted.
+//! the new checkpoint references that segment of the earlier `shared/` file. Files of checkpoints
+//! that are not confirmed yet are never referenced, because such a checkpoint may still fail and
+//! its files be deleted.
 
 use std::collections::{BTreeMap, HashMap};
 
-use cairn_protocol::checkpoint::{KeyGroupRange, StateFile};
+use cairn_protocol::checkpoint::{KeyGroupRange, KeyGroupSegment, StateFile};
 
 use super::StateError;
 use super::codec::{KeyGroupData, MapEntries};
@@ -22,8 +22,21 @@ struct Group {
     data: KeyGroupData,
 }
 
-/// Key group → (version it had when written, file it was written to).
-pub type UploadedGroups = BTreeMap<u32, (u64, StateFile)>;
+/// A key group as one checkpoint wrote or referenced it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UploadedGroup {
+    /// The group's version when it was written.
+    pub version: u64,
+    pub segment: KeyGroupSegment,
+}
+
+/// What one checkpoint wrote or referenced for one operator: each key group's segment, and the
+/// files (by relative path) the segments lie in.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UploadedGroups {
+    pub groups: BTreeMap<u32, UploadedGroup>,
+    pub files: BTreeMap<String, StateFile>,
+}
 
 /// Keyed value and map state of one operator, for the key groups of one subtask.
 #[derive(Debug, Clone)]
@@ -33,7 +46,7 @@ pub struct KeyedStateBackend {
     groups: BTreeMap<u32, Group>,
     /// Source of fresh versions; bumped on every write.
     next_version: u64,
-    /// Shared files of the latest confirmed checkpoint, reusable while a group is unchanged.
+    /// Shared segments of the latest confirmed checkpoint, reusable while a group is unchanged.
     confirmed: UploadedGroups,
     /// Files written by checkpoints that are acknowledged but not yet confirmed, by checkpoint.
     pending: BTreeMap<u64, UploadedGroups>,
@@ -46,7 +59,7 @@ impl KeyedStateBackend {
             range,
             groups: BTreeMap::new(),
             next_version: 1,
-            confirmed: BTreeMap::new(),
+            confirmed: UploadedGroups::default(),
             pending: BTreeMap::new(),
         }
     }
@@ -181,38 +194,44 @@ impl KeyedStateBackend {
         self.groups.iter().filter(|(_, g)| !g.data.is_empty()).map(|(kg, g)| (*kg, g.version, &g.data))
     }
 
-    /// The confirmed file for `key_group` if it still holds the group's current `version`.
-    pub fn reusable(&self, key_group: u32, version: u64) -> Option<&StateFile> {
-        self.confirmed.get(&key_group).filter(|(v, _)| *v == version).map(|(_, f)| f)
+    /// The confirmed segment for `key_group`, and its file, if it still holds the group's
+    /// current `version`.
+    pub fn reusable(&self, key_group: u32, version: u64) -> Option<(&KeyGroupSegment, &StateFile)> {
+        let group = self.confirmed.groups.get(&key_group).filter(|g| g.version == version)?;
+        let file = self.confirmed.files.get(&group.segment.file)?;
+        Some((&group.segment, file))
     }
 
     /// Installs a restored key group. Every key must belong to it and to this subtask's range.
-    /// When the file is shared and `reusable` (it lies in this job's own checkpoint storage) it
-    /// becomes reusable by incremental checkpoints.
+    /// When its segment lies in a shared file and `reusable` (the file is in this job's own
+    /// checkpoint storage) it becomes reusable by incremental checkpoints.
     pub fn restore_group(
         &mut self,
         key_group: u32,
         data: KeyGroupData,
+        segment: &KeyGroupSegment,
         file: &StateFile,
         reusable: bool,
     ) -> Result<(), StateError> {
+        let corrupt = |reason: String| StateError::Corrupt { path: segment.file.clone().into(), reason };
         if !self.range.contains(key_group) {
-            return Err(StateError::Corrupt {
-                path: file.path.clone().into(),
-                reason: format!("key group {key_group} is outside this subtask's range {:?}", self.range),
-            });
+            return Err(corrupt(format!(
+                "key group {key_group} is outside this subtask's range {:?}",
+                self.range
+            )));
         }
         if let Some(stray) = data.keys().find(|k| key_group_of(*k, self.max_parallelism) != key_group) {
-            return Err(StateError::Corrupt {
-                path: file.path.clone().into(),
-                reason: format!("key {stray} does not belong to key group {key_group}"),
-            });
+            return Err(corrupt(format!("key {stray} does not belong to key group {key_group}")));
+        }
+        if file.path != segment.file {
+            return Err(corrupt(format!("key group {key_group} is restored with file {:?}", file.path)));
         }
         let version = self.next_version;
         self.next_version += 1;
         self.groups.insert(key_group, Group { version, data });
-        if reusable && file.is_shared() {
-            self.confirmed.insert(key_group, (version, file.clone()));
+        if reusable && segment.is_shared() {
+            self.confirmed.groups.insert(key_group, UploadedGroup { version, segment: segment.clone() });
+            self.confirmed.files.insert(file.path.clone(), file.clone());
         }
         Ok(())
     }

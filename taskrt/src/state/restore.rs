@@ -1,20 +1,32 @@
-//! Loading a [`TaskRestore`] into memory: every file is read once, its size and CRC-32
-//! verified against its handle, key-group files decoded, and list elements cut out of their
-//! files by byte range. Blocking I/O: the task runs this on a blocking thread.
+//! Loading a [`TaskRestore`] into memory. Keyed state: each handle is checked (see
+//! `KeyedStateHandle::validate`), then each file's size is verified and only the segments of
+//! the subtask's key groups are read, each verified against its CRC-32 and decoded. List state:
+//! every file is read once, its size and CRC-32 verified, and elements cut out of it by byte
+//! range. Blocking I/O: the task runs this on a blocking thread.
 
 use std::collections::{BTreeMap, HashMap};
 
-use cairn_protocol::checkpoint::{OperatorStateMode, StateFile};
+use cairn_protocol::checkpoint::{KeyGroupSegment, KeyedStateHandle, OperatorStateMode, StateFile};
 
 use super::StateError;
 use super::codec::{self, KeyGroupData};
-use super::storage::{read_verified, resolve};
+use super::storage::{read_segments, read_verified, resolve};
 use cairn_protocol::assign::TaskRestore;
+
+/// One restored key group.
+#[derive(Debug)]
+pub struct LoadedGroup {
+    pub key_group: u32,
+    pub data: KeyGroupData,
+    /// Where it was read from (an incremental checkpoint may reference it again).
+    pub segment: KeyGroupSegment,
+    pub file: StateFile,
+}
 
 /// One restored operator's state, in memory.
 #[derive(Debug, Default)]
 pub struct LoadedOperator {
-    pub groups: Vec<(u32, KeyGroupData, StateFile)>,
+    pub groups: Vec<LoadedGroup>,
     pub lists: Vec<(String, OperatorStateMode, Vec<Vec<u8>>)>,
 }
 
@@ -38,19 +50,7 @@ pub fn load(restore: &TaskRestore) -> Result<LoadedRestore, StateError> {
     };
     let mut out = LoadedRestore { checkpoint_id: restore.checkpoint_id, operators: BTreeMap::new() };
     for (op_id, op) in &restore.operators {
-        let mut loaded = LoadedOperator::default();
-        for (kg, file) in &op.keyed {
-            let bytes = read_verified(base, file)?;
-            let (declared, data) = codec::decode(&bytes)
-                .map_err(|e| StateError::Corrupt { path: base.join(&file.path), reason: e.0 })?;
-            if declared != *kg {
-                return Err(StateError::Corrupt {
-                    path: base.join(&file.path),
-                    reason: format!("file holds key group {declared}, handle says {kg}"),
-                });
-            }
-            loaded.groups.push((*kg, data, file.clone()));
-        }
+        let mut loaded = LoadedOperator { groups: load_keyed(restore, op_id, &op.keyed)?, lists: Vec::new() };
         for list in &op.list_states {
             let mut elements = Vec::with_capacity(list.element_count());
             for part in &list.parts {
@@ -73,4 +73,44 @@ pub fn load(restore: &TaskRestore) -> Result<LoadedRestore, StateError> {
         out.operators.insert(op_id.clone(), loaded);
     }
     Ok(out)
+}
+
+/// The key groups of one operator, read segment by segment, file by file.
+fn load_keyed(
+    restore: &TaskRestore,
+    operator: &str,
+    keyed: &KeyedStateHandle,
+) -> Result<Vec<LoadedGroup>, StateError> {
+    keyed.validate().map_err(|source| StateError::InvalidHandle { operator: operator.to_owned(), source })?;
+    let base = &restore.base_dir;
+    let mut groups = Vec::with_capacity(keyed.key_groups.len());
+    let mut by_file: BTreeMap<&str, Vec<(u32, &KeyGroupSegment)>> = BTreeMap::new();
+    for (kg, s) in &keyed.key_groups {
+        by_file.entry(s.file.as_str()).or_default().push((*kg, s));
+    }
+    for file in &keyed.files {
+        let segments = by_file.remove(file.path.as_str()).unwrap_or_default();
+        read_segments(base, file, segments, |kg, bytes| {
+            let corrupt = |reason: String| StateError::Corrupt {
+                path: base.join(&file.path),
+                reason: format!("key group {kg}: {reason}"),
+            };
+            let (declared, data) = codec::decode(bytes).map_err(|e| corrupt(e.0))?;
+            if declared != kg {
+                return Err(corrupt(format!("the segment holds key group {declared}")));
+            }
+            let segment = keyed.key_groups.get(&kg).cloned().ok_or_else(|| corrupt("no segment".into()))?;
+            groups.push(LoadedGroup { key_group: kg, data, segment, file: file.clone() });
+            Ok(())
+        })?;
+    }
+    groups.sort_unstable_by_key(|g| g.key_group);
+    tracing::debug!(
+        checkpoint_id = restore.checkpoint_id,
+        operator,
+        key_groups = groups.len(),
+        files = keyed.files.len(),
+        "keyed state restored"
+    );
+    Ok(groups)
 }

@@ -2,32 +2,32 @@
 //!
 //! - Synchronous part ([`plan_operator`]): runs on the task's loop while no record is processed.
 //!   It serializes every key group that must be written (all of them, or in incremental mode only
-//!   those changed since the last confirmed checkpoint) and every list state into memory, so
-//!   processing can continue right after.
+//!   those changed since the last confirmed checkpoint) into one buffer per operator, and every
+//!   list state, so processing can continue right after.
 //! - Asynchronous part ([`write_plan`]): runs on the snapshot pool. It writes the files, fsyncs
-//!   them and their directories, computes CRC-32s, and produces the `SubtaskState` the task
-//!   acknowledges. It checks a cancel flag between files; when cancelled or failing it removes
-//!   every file it wrote.
+//!   each once and each directory once, computes CRC-32s (per key-group segment and per file),
+//!   and produces the `SubtaskState` the task acknowledges. It checks a cancel flag between
+//!   files; when cancelled or failing it removes every file it wrote.
 //!
-//! File names: `chk-<id>/<op>-kg-<kg>.state` (full), `shared/<op>-kg-<kg>-<random>.state`
-//! (incremental, unique so that no two checkpoints ever write the same shared file),
-//! `chk-<id>/<op>-<subtask>-<list>.list` (list state). Savepoints put everything, without
-//! `chk-<id>/`, in the target directory.
+//! File names: `chk-<id>/<op>-<subtask>.state` (keyed state, full),
+//! `shared/<op>-<subtask>-<random>.state` (keyed state, incremental; unique so that no two
+//! checkpoints ever write the same shared file), `chk-<id>/<op>-<subtask>-<list>.list` (list
+//! state). Savepoints put everything, without `chk-<id>/`, in the target directory. See
+//! [`super::keyed_plan`] for what a keyed-state file holds.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use cairn_protocol::checkpoint::layout::SHARED_DIR;
 use cairn_protocol::checkpoint::{
     CheckpointLayout, OperatorListState, OperatorStateMode, OperatorSubtaskState, StateFile, SubtaskState,
 };
 
 use super::StateError;
-use super::codec;
 use super::keyed::{KeyedStateBackend, UploadedGroups};
+use super::keyed_plan::{PlannedKeyed, plan_keyed};
 use super::list::OperatorStateBackend;
-use super::storage::{CheckpointStorage, sync_dir};
+use super::storage::CheckpointStorage;
 
 /// Where and how one checkpoint is written.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,18 +73,6 @@ pub struct PlannedFile {
 }
 
 #[derive(Debug, Clone)]
-enum GroupSource {
-    Write(PlannedFile),
-    Reuse(StateFile),
-}
-
-#[derive(Debug, Clone)]
-struct PlannedGroup {
-    version: u64,
-    source: GroupSource,
-}
-
-#[derive(Debug, Clone)]
 struct PlannedList {
     name: String,
     mode: OperatorStateMode,
@@ -96,27 +84,20 @@ struct PlannedList {
 #[derive(Debug, Clone)]
 pub struct OperatorPlan {
     operator_id: String,
-    groups: BTreeMap<u32, PlannedGroup>,
+    keyed: PlannedKeyed,
     lists: Vec<PlannedList>,
 }
 
 impl OperatorPlan {
     pub fn is_empty(&self) -> bool {
-        self.groups.is_empty() && self.lists.is_empty()
+        self.keyed.is_empty() && self.lists.is_empty()
     }
 
     /// Bytes the asynchronous part will write.
     pub fn bytes_to_write(&self) -> u64 {
-        let groups = self.groups.values().filter_map(|g| match &g.source {
-            GroupSource::Write(f) => Some(f.bytes.len() as u64),
-            GroupSource::Reuse(_) => None,
-        });
-        groups.chain(self.lists.iter().map(|l| l.file.bytes.len() as u64)).sum()
+        let keyed = self.keyed.file.as_ref().map_or(0, |f| f.bytes.len() as u64);
+        keyed + self.lists.iter().map(|l| l.file.bytes.len() as u64).sum::<u64>()
     }
-}
-
-fn random_suffix() -> String {
-    format!("{:032x}", rand::random::<u128>())
 }
 
 /// Synchronous part for one operator of one subtask.
@@ -127,23 +108,12 @@ pub fn plan_operator(
     lists: &OperatorStateBackend,
     target: &SnapshotTarget,
 ) -> OperatorPlan {
-    let mut groups = BTreeMap::new();
-    if let Some(keyed) = keyed {
-        for (kg, version, data) in keyed.snapshot_groups() {
-            let source = match (target.incremental, keyed.reusable(kg, version)) {
-                (true, Some(file)) => GroupSource::Reuse(file.clone()),
-                (true, None) => GroupSource::Write(PlannedFile {
-                    rel: format!("{SHARED_DIR}/{operator_id}-kg-{kg}-{}.state", random_suffix()),
-                    bytes: codec::encode(kg, data),
-                }),
-                (false, _) => GroupSource::Write(PlannedFile {
-                    rel: target.exclusive(format!("{operator_id}-kg-{kg}.state")),
-                    bytes: codec::encode(kg, data),
-                }),
-            };
-            groups.insert(kg, PlannedGroup { version, source });
-        }
-    }
+    let keyed = keyed
+        .map(|k| {
+            let exclusive = target.exclusive(format!("{operator_id}-{subtask}.state"));
+            plan_keyed(k, operator_id, subtask, exclusive, target.incremental)
+        })
+        .unwrap_or_default();
     let lists = lists
         .lists()
         .iter()
@@ -161,7 +131,7 @@ pub fn plan_operator(
             }
         })
         .collect();
-    OperatorPlan { operator_id: operator_id.to_owned(), groups, lists }
+    OperatorPlan { operator_id: operator_id.to_owned(), keyed, lists }
 }
 
 /// The asynchronous result: what to acknowledge and what to remember.
@@ -202,26 +172,28 @@ pub fn write_plan(
     Ok(out)
 }
 
+/// Writes one file (fsynced, its directory noted for one sync at the end).
 fn write_one(
     storage: &CheckpointStorage,
     target: &SnapshotTarget,
-    file: PlannedFile,
+    rel: &str,
+    bytes: &[u8],
     cancel: &AtomicBool,
     out: &mut WrittenSnapshot,
     dirs: &mut BTreeSet<PathBuf>,
-) -> Result<StateFile, StateError> {
+) -> Result<(), StateError> {
     if cancel.load(Ordering::Acquire) {
         return Err(StateError::Cancelled { checkpoint_id: target.checkpoint_id });
     }
-    let abs = target.base_dir.join(&file.rel);
+    let abs = target.base_dir.join(rel);
     if let Some(d) = abs.parent() {
         dirs.insert(d.to_owned());
     }
     // Record before writing: a partially written file must be removed too.
     out.written.push(abs.clone());
-    storage.write_file(&abs, &file.bytes)?;
-    out.bytes_persisted += file.bytes.len() as u64;
-    Ok(StateFile { path: file.rel, size: file.bytes.len() as u64, crc32: crc32fast::hash(&file.bytes) })
+    storage.write_file(&abs, bytes)?;
+    out.bytes_persisted += bytes.len() as u64;
+    Ok(())
 }
 
 fn write_all(
@@ -234,17 +206,25 @@ fn write_all(
     let mut dirs = BTreeSet::new();
     for plan in plans {
         let mut op_state = OperatorSubtaskState::default();
-        let mut uploaded = UploadedGroups::new();
-        for (kg, group) in plan.groups {
-            let file = match group.source {
-                GroupSource::Reuse(f) => f,
-                GroupSource::Write(p) => write_one(storage, target, p, cancel, out, &mut dirs)?,
-            };
-            uploaded.insert(kg, (group.version, file.clone()));
-            op_state.keyed.insert(kg, file);
+        if let Some(file) = &plan.keyed.file {
+            write_one(storage, target, &file.rel, &file.bytes, cancel, out, &mut dirs)?;
         }
+        let (written_groups, reused_groups) = (plan.keyed.written_groups(), plan.keyed.reused_groups());
+        let (keyed, uploaded) = plan.keyed.finish();
+        tracing::debug!(
+            checkpoint_id = target.checkpoint_id,
+            operator = %plan.operator_id,
+            written_groups,
+            reused_groups,
+            files = keyed.files.len(),
+            "keyed state written"
+        );
+        op_state.keyed = keyed;
         for list in plan.lists {
-            let file = write_one(storage, target, list.file, cancel, out, &mut dirs)?;
+            write_one(storage, target, &list.file.rel, &list.file.bytes, cancel, out, &mut dirs)?;
+            let bytes = &list.file.bytes;
+            let file =
+                StateFile { path: list.file.rel, size: bytes.len() as u64, crc32: crc32fast::hash(bytes) };
             op_state.list_states.push(OperatorListState {
                 name: list.name,
                 mode: list.mode,
@@ -260,7 +240,7 @@ fn write_all(
         }
     }
     for d in &dirs {
-        sync_dir(d)?;
+        storage.sync_dir(d)?;
     }
     if cancel.load(Ordering::Acquire) {
         return Err(StateError::Cancelled { checkpoint_id: target.checkpoint_id });

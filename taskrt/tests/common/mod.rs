@@ -19,7 +19,7 @@ use cairn_taskrt::operator::{Operator, OperatorContext, OperatorError, SourcePol
 use cairn_taskrt::state::codec;
 use cairn_taskrt::state::keyed::KeyedStateBackend;
 use cairn_taskrt::state::list::OperatorStateBackend;
-use cairn_taskrt::state::storage::{CheckpointStorage, read_verified};
+use cairn_taskrt::state::storage::{CheckpointStorage, read_segments};
 use cairn_taskrt::task::{TaskOutcome, TaskSetup, run_task};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -284,13 +284,20 @@ pub fn keyed_counts(
             continue;
         }
         let Some(op) = st.operators.get(operator) else { continue };
-        for file in op.keyed.values() {
-            let bytes = read_verified(base, file).expect("state file readable");
-            let (_, data) = codec::decode(&bytes).expect("state file decodes");
-            for (k, v) in data.values.get("count").into_iter().flatten() {
-                let arr: [u8; 8] = v.as_slice().try_into().expect("u64 count");
-                assert!(counts.insert(*k, u64::from_le_bytes(arr)).is_none(), "key {k} in two files");
-            }
+        op.keyed.validate().expect("keyed handle is consistent");
+        for file in &op.keyed.files {
+            let segments =
+                op.keyed.key_groups.iter().filter(|(_, s)| s.file == file.path).map(|(kg, s)| (*kg, s));
+            read_segments(base, file, segments, |kg, bytes| {
+                let (declared, data) = codec::decode(bytes).expect("segment decodes");
+                assert_eq!(declared, kg);
+                for (k, v) in data.values.get("count").into_iter().flatten() {
+                    let arr: [u8; 8] = v.as_slice().try_into().expect("u64 count");
+                    assert!(counts.insert(*k, u64::from_le_bytes(arr)).is_none(), "key {k} in two segments");
+                }
+                Ok(())
+            })
+            .expect("segments readable and intact");
         }
     }
     counts

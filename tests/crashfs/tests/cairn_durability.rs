@@ -5,7 +5,9 @@
 //!   point, the power is cut, and the store must open with every acknowledged entry and vote
 //!   (the data directory, created two levels below the mountpoint, included), and with the
 //!   acknowledged applied state once its log tail is re-applied (apply does not flush);
-//! - task state files (`CheckpointStorage::write_file` into a new `chk-<id>/`);
+//! - a keyed operator's snapshots as the asynchronous part writes them (one state file per
+//!   checkpoint, into a new `chk-<id>/` or a new `shared/`, each fsynced once, then each
+//!   directory once), restored after the power loss;
 //! - `_metadata` written into directories that do not exist yet;
 //! - the demo sink's pending files and commits.
 //!
@@ -254,27 +256,82 @@ fn a_new_raft_store_is_not_mistaken_for_a_damaged_one_after_power_loss() {
 }
 
 mod files {
+    use std::collections::BTreeMap;
+    use std::sync::atomic::AtomicBool;
+
+    use cairn_protocol::assign::{OperatorRestore, TaskRestore};
     use cairn_protocol::checkpoint::metadata::METADATA_VERSION;
-    use cairn_protocol::checkpoint::{CheckpointMetadata, read_metadata, write_metadata};
+    use cairn_protocol::checkpoint::{
+        CheckpointMetadata, KeyGroupRange, SubtaskState, read_metadata, write_metadata,
+    };
     use cairn_taskrt::demo::sink::{COMMITTED_DIR, PENDING_DIR, SinkConfig, TwoPhaseFileSink};
     use cairn_taskrt::exchange::Record;
     use cairn_taskrt::operator::{Operator, OperatorContext, TaskInfo};
     use cairn_taskrt::state::keyed::KeyedStateBackend;
     use cairn_taskrt::state::list::OperatorStateBackend;
-    use cairn_taskrt::state::storage::{CheckpointStorage, sync_dir};
+    use cairn_taskrt::state::restore::load;
+    use cairn_taskrt::state::snapshot::{SnapshotTarget, plan_operator, write_plan};
+    use cairn_taskrt::state::storage::CheckpointStorage;
 
-    use super::common::{mount, names, read};
+    use super::common::{mount, names};
+
+    /// What a restore of `state` (one subtask of operator `op`, 16 key groups) loads: every
+    /// key's `count`.
+    fn restored_counts(storage: &CheckpointStorage, id: u64, state: &SubtaskState) -> BTreeMap<u64, u64> {
+        let keyed = state.operators["op"].keyed.clone();
+        let restore = TaskRestore {
+            checkpoint_id: id,
+            base_dir: storage.job_dir().to_owned(),
+            key_groups: KeyGroupRange { start: 0, end: 15 },
+            operators: BTreeMap::from([(
+                "op".to_owned(),
+                OperatorRestore { keyed, list_states: Vec::new() },
+            )]),
+        };
+        let loaded = load(&restore).unwrap_or_else(|e| panic!("checkpoint {id} after the power loss: {e}"));
+        let mut counts = BTreeMap::new();
+        for g in &loaded.operators["op"].groups {
+            for (key, v) in g.data.values.get("count").into_iter().flatten() {
+                let v: [u8; 8] = v.as_slice().try_into().expect("u64 count");
+                counts.insert(*key, u64::from_le_bytes(v));
+            }
+        }
+        counts
+    }
 
     #[test]
-    fn state_files_in_a_new_checkpoint_directory_survive() {
+    fn keyed_snapshots_survive_in_new_directories() {
         let fs = mount();
         let storage = CheckpointStorage::new(fs.path("checkpoints"), "job");
-        let file = storage.job_dir().join("chk-1/op-kg-0.state");
-        storage.write_file(&file, b"state").expect("write state file");
-        // What the snapshot writer does after its files: sync the directories holding them.
-        sync_dir(&storage.job_dir().join("chk-1")).expect("sync chk-1");
+        let mut keyed = KeyedStateBackend::new(16, KeyGroupRange { start: 0, end: 15 });
+        for key in 0..100 {
+            keyed.put_value_u64("count", key, 1).expect("put");
+        }
+        let lists = OperatorStateBackend::default();
+        let cancel = AtomicBool::new(false);
+        // Checkpoint 1 full (a new `chk-1/`), 2 incremental (a new `shared/`), 3 incremental
+        // after one change (referencing checkpoint 2's file).
+        let mut states = Vec::new();
+        for (id, incremental) in [(1, false), (2, true), (3, true)] {
+            if id == 3 {
+                keyed.put_value_u64("count", 7, 2).expect("put");
+            }
+            let target = SnapshotTarget::checkpoint(&storage, id, incremental);
+            let plan = plan_operator("op", 0, Some(&keyed), &lists, &target);
+            let mut written = write_plan(&storage, &target, vec![plan], &cancel).expect("snapshot");
+            if let Some(uploaded) = written.uploaded.remove("op") {
+                keyed.record_pending(id, uploaded);
+                keyed.confirm(id);
+            }
+            states.push((id, written.state));
+        }
         fs.power_loss().expect("power loss");
-        assert_eq!(read(&file).as_deref(), Some(&b"state"[..]), "chk-1/ or its file was lost");
+        let expected = |changed: bool| -> BTreeMap<u64, u64> {
+            (0..100).map(|k| (k, if changed && k == 7 { 2 } else { 1 })).collect()
+        };
+        for (id, state) in states {
+            assert_eq!(restored_counts(&storage, id, &state), expected(id == 3), "checkpoint {id}");
+        }
     }
 
     #[test]

@@ -291,16 +291,18 @@ pub fn check_checkpoint_files(job_dir: &Path, id: u64) -> Result<usize, String> 
 mod tests {
     use super::*;
     use cairn_protocol::checkpoint::{
-        CheckpointMetadata, OperatorSubtaskState, StateFile, SubtaskState, write_metadata,
+        CheckpointMetadata, KeyGroupSegment, OperatorSubtaskState, StateFile, SubtaskState, write_metadata,
     };
     use std::collections::BTreeMap;
 
     fn write_checkpoint(job_dir: &Path, id: u64) {
-        let rel = format!("chk-{id}/count-kg-0.state");
+        let rel = format!("chk-{id}/count-0.state");
         std::fs::create_dir_all(job_dir.join(format!("chk-{id}"))).unwrap();
         std::fs::write(job_dir.join(&rel), b"0123456789").unwrap();
         let mut op = OperatorSubtaskState::default();
-        op.keyed.insert(0, StateFile { path: rel, size: 10, crc32: 0 });
+        let segment = |offset| KeyGroupSegment { file: rel.clone(), offset, length: 5, crc32: 0 };
+        op.keyed.key_groups = BTreeMap::from([(0, segment(0)), (1, segment(5))]);
+        op.keyed.files.push(StateFile { path: rel.clone(), size: 10, crc32: 0 });
         let mut st = SubtaskState::default();
         st.operators.insert("count".into(), op);
         let meta = CheckpointMetadata {
@@ -321,13 +323,14 @@ mod tests {
     fn a_checkpoint_with_all_its_files_passes_and_a_missing_file_is_named() {
         let dir = tempfile::tempdir().unwrap();
         write_checkpoint(dir.path(), 7);
+        // `_metadata` and the one state file holding both key groups.
         assert_eq!(check_checkpoint_files(dir.path(), 7), Ok(2));
-        std::fs::write(dir.path().join("chk-7/count-kg-0.state"), b"short").unwrap();
+        std::fs::write(dir.path().join("chk-7/count-0.state"), b"short").unwrap();
         let err = check_checkpoint_files(dir.path(), 7).unwrap_err();
         assert!(err.contains("5 bytes"), "{err}");
-        std::fs::remove_file(dir.path().join("chk-7/count-kg-0.state")).unwrap();
+        std::fs::remove_file(dir.path().join("chk-7/count-0.state")).unwrap();
         let err = check_checkpoint_files(dir.path(), 7).unwrap_err();
-        assert!(err.contains("count-kg-0.state"), "{err}");
+        assert!(err.contains("count-0.state"), "{err}");
         assert!(check_checkpoint_files(dir.path(), 8).is_err());
     }
 

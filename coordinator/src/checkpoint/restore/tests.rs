@@ -63,7 +63,7 @@ fn meta(
 fn keyed(op: &str, groups: impl IntoIterator<Item = u32>) -> SubtaskState {
     let mut s = cairn_protocol::checkpoint::OperatorSubtaskState::default();
     for kg in groups {
-        s.keyed.insert(kg, file(&format!("chk-1/kg-{kg}"), 1));
+        s.keyed.insert_whole_file(kg, file(&format!("chk-1/kg-{kg}"), 1));
     }
     SubtaskState { operators: BTreeMap::from([(op.to_string(), s)]) }
 }
@@ -135,7 +135,7 @@ fn savepoint_restored_by_path_resolves_against_its_directory() {
     };
     let a = p.assign(&graph, false).unwrap();
     assert_eq!(a.base_dir, PathBuf::from("/sp/savepoint-j-7"));
-    assert_eq!(a.subtasks["v/0"].operators["op"].keyed.len(), 8);
+    assert_eq!(a.subtasks["v/0"].operators["op"].keyed.key_groups.len(), 8);
 }
 
 #[test]

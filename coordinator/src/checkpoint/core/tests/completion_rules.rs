@@ -312,7 +312,7 @@ fn recovered_core_rebuilds_registry_and_protects_retained_files() {
         state_size: 10,
     });
     let mut st = state(4, A1, &["shared/kept"]);
-    st.operators.get_mut("op").unwrap().keyed.remove(&1);
+    st.operators.get_mut("op").unwrap().keyed.remove_key_group(1);
     let meta = CheckpointMetadata {
         version: 1,
         job: JOB.into(),

@@ -65,9 +65,9 @@ pub(crate) fn file(path: impl Into<String>) -> StateFile {
 /// A subtask state with one exclusive keyed file in `chk-<id>/` and the given shared files.
 pub(crate) fn state(id: u64, attempt: TaskAttemptId, shared: &[&str]) -> SubtaskState {
     let mut op = OperatorSubtaskState::default();
-    op.keyed.insert(attempt.0 as u32 % 8, file(format!("chk-{id}/a{}.state", attempt.0)));
+    op.keyed.insert_whole_file(attempt.0 as u32 % 8, file(format!("chk-{id}/a{}.state", attempt.0)));
     for (i, s) in shared.iter().enumerate() {
-        op.keyed.insert((attempt.0 as u32 + 3 + i as u32) % 8, file(*s));
+        op.keyed.insert_whole_file((attempt.0 as u32 + 3 + i as u32) % 8, file(*s));
     }
     SubtaskState { operators: BTreeMap::from([("op".to_string(), op)]) }
 }

@@ -112,7 +112,7 @@ fn late_ack_never_discards_retained_files() {
     // A retried ack of the retained checkpoint, same handles plus one file never kept.
     let mut again = state(id, A1, &["shared/s1"]);
     let extra = file(format!("chk-{id}/orphan.state"));
-    again.operators.get_mut("op").unwrap().keyed.insert(7, extra);
+    again.operators.get_mut("op").unwrap().keyed.insert_whole_file(7, extra);
     let acts = h.ack_with(A1, id, again);
     assert_eq!(
         acts,
@@ -129,8 +129,8 @@ fn late_ack_never_discards_retained_files() {
 fn stray_ack_never_discards_files_outside_its_own_checkpoint() {
     let mut h = Harness::new(CheckpointConfig::default());
     let mut bogus = state(5, A1, &[]);
-    bogus.operators.get_mut("op").unwrap().keyed.insert(6, file("chk-4/not-yours.state"));
-    bogus.operators.get_mut("op").unwrap().keyed.insert(7, file("../../etc/passwd"));
+    bogus.operators.get_mut("op").unwrap().keyed.insert_whole_file(6, file("chk-4/not-yours.state"));
+    bogus.operators.get_mut("op").unwrap().keyed.insert_whole_file(7, file("../../etc/passwd"));
     let acts = h.ack_with(A1, 5, bogus);
     assert_eq!(
         acts,
@@ -262,12 +262,57 @@ fn invalid_state_path_aborts_checkpoint() {
     let mut h = Harness::new(CheckpointConfig { tolerable_failures: 5, ..Default::default() });
     let id = h.checkpoint();
     let mut bad = state(id, A1, &[]);
-    bad.operators.get_mut("op").unwrap().keyed.insert(6, file("chk-9/other-checkpoint.state"));
+    bad.operators.get_mut("op").unwrap().keyed.insert_whole_file(6, file("chk-9/other-checkpoint.state"));
     let acts = h.ack_with(A1, id, bad);
     assert_eq!(aborted(&acts), vec![(id, CheckpointFailureReason::CheckpointDeclined)]);
     let detail = h.core.stats().latest_failed.clone().unwrap().failure.unwrap().detail.unwrap();
     assert!(detail.contains("outside chk-1/"), "{detail}");
     assert_eq!(discards(&acts), vec![(id, vec![chk_dir(id)], vec![])], "only its own directory goes");
+}
+
+#[test]
+fn inconsistent_keyed_handle_aborts_checkpoint_naming_it() {
+    use cairn_protocol::checkpoint::KeyGroupSegment;
+    let segment =
+        |file: &str, offset, length| KeyGroupSegment { file: file.into(), offset, length, crc32: 0 };
+    let own = |id: u64| format!("chk-{id}/a1.state");
+    type Damage = Box<dyn Fn(u64, &mut OperatorSubtaskState)>;
+    let cases: [(&str, Damage); 4] = [
+        (
+            "key groups 1 and 5 overlap",
+            Box::new(move |id, op| {
+                op.keyed.key_groups.insert(5, segment(&own(id), 4, 6));
+            }),
+        ),
+        (
+            "key group 5: segment 8..11 is outside",
+            Box::new(move |id, op| {
+                op.keyed.key_groups.insert(5, segment(&own(id), 8, 3));
+            }),
+        ),
+        (
+            "key group 5 lies in \"shared/unlisted\", which is not among the handle's files",
+            Box::new(move |_, op| {
+                op.keyed.key_groups.insert(5, segment("shared/unlisted", 0, 1));
+            }),
+        ),
+        (
+            "key group 5: segment at offset 18446744073709551615 of 2 bytes",
+            Box::new(move |id, op| {
+                op.keyed.key_groups.insert(5, segment(&own(id), u64::MAX, 2));
+            }),
+        ),
+    ];
+    for (expected, damage) in cases {
+        let mut h = Harness::new(CheckpointConfig { tolerable_failures: 5, ..Default::default() });
+        let id = h.checkpoint();
+        let mut bad = state(id, A1, &[]);
+        damage(id, bad.operators.get_mut("op").unwrap());
+        let acts = h.ack_with(A1, id, bad);
+        assert_eq!(aborted(&acts), vec![(id, CheckpointFailureReason::CheckpointDeclined)], "{expected}");
+        let detail = h.core.stats().latest_failed.clone().unwrap().failure.unwrap().detail.unwrap();
+        assert!(detail.contains("operator op: ") && detail.contains(expected), "{expected}: {detail}");
+    }
 }
 
 #[test]

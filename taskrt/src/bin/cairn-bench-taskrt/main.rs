@@ -10,10 +10,16 @@
 //!    the tasks), full versus incremental mode, with many keys; also the state size referenced.
 //!    The unthrottled source touches every key between two checkpoints, so incremental mode can
 //!    only save when fewer keys change: a throttled variant (`--throttled-rate`) shows that case.
+//! 4. The asynchronous part of one keyed operator's snapshot (`keys` keys over `max_parallelism`
+//!    key groups in one subtask), full and incremental: its duration, state files and fsyncs per
+//!    snapshot, measured directly on the snapshot functions (see `keyed_snapshot`).
 //!
 //! ```text
 //! cargo run --release -p cairn-taskrt --bin cairn-bench-taskrt -- [--window-secs 10] [--keys 10000]
+//! cargo run --release -p cairn-taskrt --bin cairn-bench-taskrt -- --snapshot-only
 //! ```
+
+mod keyed_snapshot;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -86,6 +92,15 @@ struct Args {
     /// Parent of the temporary storage and output directories (default: the system temp dir).
     #[arg(long)]
     dir: Option<PathBuf>,
+    /// Snapshots per mode in the keyed-snapshot scenario (4).
+    #[arg(long, default_value_t = 20)]
+    snapshot_rounds: u32,
+    /// Keys updated between two incremental snapshots in the keyed-snapshot scenario (4).
+    #[arg(long, default_value_t = 32)]
+    snapshot_changed_keys: u64,
+    /// Run only the keyed-snapshot scenario (4).
+    #[arg(long)]
+    snapshot_only: bool,
 }
 
 /// What one run deploys and measures.
@@ -488,6 +503,41 @@ fn print_bytes(label: &str, r: &RunResult) {
     );
 }
 
+fn print_snapshot_rounds(label: &str, rounds: &[keyed_snapshot::Round]) {
+    if rounds.is_empty() {
+        println!("  {label:<34} (no rounds)");
+        return;
+    }
+    let async_us: Vec<u64> = rounds.iter().map(|r| r.async_part.as_micros() as u64).collect();
+    let sync_us: Vec<u64> = rounds.iter().map(|r| r.sync_part.as_micros() as u64).collect();
+    let (a, s) = (sorted(&async_us), sorted(&sync_us));
+    let per = |f: fn(&keyed_snapshot::Round) -> u64| mean(&rounds.iter().map(f).collect::<Vec<_>>());
+    println!(
+        "  {label:<34} async part p50 {:>9}  max {:>9}   fsyncs {:>6.1}   state files {:>6.1}   written {:>10}   (sync part p50 {}, n={})",
+        micros(percentile(&a, 50.0)),
+        micros(a.last().copied().unwrap_or(0)),
+        per(|r| r.fsyncs),
+        per(|r| r.files),
+        human_bytes(per(|r| r.bytes_persisted)),
+        micros(percentile(&s, 50.0)),
+        rounds.len()
+    );
+}
+
+fn print_keyed_snapshot(args: &Args, full: &keyed_snapshot::ModeResult, inc: &keyed_snapshot::ModeResult) {
+    println!(
+        "4. Asynchronous part of one keyed operator's snapshot: {} keys over {} key groups in one subtask, \
+         {} snapshots per mode (per snapshot: duration, fsyncs of files and directories, state files, bytes)",
+        args.keys, args.max_parallelism, args.snapshot_rounds
+    );
+    print_snapshot_rounds("full", &full.rounds);
+    print_snapshot_rounds("incremental, first (all groups)", &inc.rounds[..inc.rounds.len().min(1)]);
+    let later = inc.rounds.get(1..).unwrap_or(&[]);
+    let changed = mean(&later.iter().map(|r| r.changed_groups as u64).collect::<Vec<_>>());
+    print_snapshot_rounds(&format!("incremental, {} keys changed", args.snapshot_changed_keys), later);
+    println!("  {:<34}   ({changed:.1} key groups changed per snapshot on average)", "");
+}
+
 async fn bench(args: Args) -> anyhow::Result<()> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     println!(
@@ -512,6 +562,21 @@ async fn bench(args: Args) -> anyhow::Result<()> {
         if args.worker_threads == 0 { cores } else { args.worker_threads },
         args.dir.clone().unwrap_or_else(std::env::temp_dir).display()
     );
+
+    let snapshot_params = keyed_snapshot::Params {
+        keys: args.keys,
+        max_parallelism: args.max_parallelism,
+        rounds: args.snapshot_rounds,
+        changed_keys: args.snapshot_changed_keys,
+        dir: args.dir.clone(),
+    };
+    let (snap_full, snap_inc) =
+        tokio::task::spawn_blocking(move || keyed_snapshot::run(&snapshot_params)).await??;
+    if args.snapshot_only {
+        println!();
+        print_keyed_snapshot(&args, &snap_full, &snap_inc);
+        return Ok(());
+    }
 
     let unthrottled =
         |checkpoints, incremental| RunSpec { checkpoints, incremental, rate_per_sec: None, prefill: false };
@@ -559,6 +624,9 @@ async fn bench(args: Args) -> anyhow::Result<()> {
         print_bytes(&format!("full, throttled {}/s", args.throttled_rate), tf);
         print_bytes(&format!("incremental, throttled {}/s", args.throttled_rate), ti);
     }
+
+    println!();
+    print_keyed_snapshot(&args, &snap_full, &snap_inc);
     Ok(())
 }
 

@@ -95,7 +95,8 @@ impl EtcdCluster {
     pub async fn start(n: usize) -> anyhow::Result<Self> {
         let binary = etcd_binary().context("no `etcd` on the PATH (Debian: apt-get install etcd-server)")?;
         let dir = tempfile::Builder::new().prefix("cairn-etcd-").tempdir()?;
-        let ports: Vec<(u16, u16)> = (0..n).map(|_| Ok((free_port()?, free_port()?))).collect::<anyhow::Result<_>>()?;
+        let ports: Vec<(u16, u16)> =
+            (0..n).map(|_| Ok((free_port()?, free_port()?))).collect::<anyhow::Result<_>>()?;
         let initial = ports
             .iter()
             .enumerate()

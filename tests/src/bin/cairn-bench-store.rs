@@ -111,7 +111,11 @@ fn dir_size(p: &Path) -> u64 {
         .sum()
 }
 
-async fn throughput(system: &System<'_>, clients: usize, ops: usize) -> anyhow::Result<(f64, Histogram<u64>)> {
+async fn throughput(
+    system: &System<'_>,
+    clients: usize,
+    ops: usize,
+) -> anyhow::Result<(f64, Histogram<u64>)> {
     let issued = Arc::new(AtomicUsize::new(0));
     let mut set = tokio::task::JoinSet::new();
     let targets = system.clients(clients).await?;
@@ -172,7 +176,9 @@ fn ms(us: u64) -> f64 {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    println!("cairn-bench-store: durable ID allocation through Raft (sled, group commit), loopback gRPC, default settings");
+    println!(
+        "cairn-bench-store: durable ID allocation through Raft (sled, group commit), loopback gRPC, default settings"
+    );
     let etcd = if args.no_etcd { None } else { etcd_binary() };
     match &etcd {
         Some(path) => println!("etcd peer: {} (etcd's defaults), same scenarios as puts", path.display()),

@@ -11,7 +11,7 @@ use openraft::error::{
 };
 use tonic::Status;
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum NodeError {
     #[error("not the leader")]
     NotLeader(LeaderHint),

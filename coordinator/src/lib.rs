@@ -20,5 +20,6 @@ pub mod gateway;
 pub mod leader;
 pub mod metrics;
 pub mod node;
+pub mod proposer;
 pub mod replica;
 pub mod services;

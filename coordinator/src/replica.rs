@@ -1,7 +1,7 @@
 //! What every part of a replica shares: the [`ReplicaContext`] (its Raft handle, the applied
 //! state, its metrics, how it dials peers) and the two ways to act on the replicated state,
 //! [`propose`] and [`linearizable`]. A leaf: it depends on no other module of this crate but
-//! `error` and `metrics`, so services, the gateway and the leader runtime can all use it
+//! `error`, `metrics` and `proposer`, so services, the gateway and the leader runtime can all use it
 //! without depending on each other or on the node that wires them.
 
 use std::sync::Arc;
@@ -12,6 +12,7 @@ use cairn_storage::StateReader;
 
 use crate::error::NodeError;
 use crate::metrics::ReplicaMetrics;
+use crate::proposer::Proposer;
 
 /// What the services of one replica share. Cheap to clone.
 #[derive(Clone)]
@@ -34,6 +35,8 @@ pub struct ReplicaContext {
     /// The restart strategy of jobs whose spec names none (the `restart_strategy` setting);
     /// `None`: Flink's rule (`JobSpec::effective_restart_strategy`).
     pub default_restart_strategy: Option<Arc<cairn_protocol::restart::RestartStrategy>>,
+    /// Submits this replica's commands, packing concurrent ones into one entry.
+    pub proposer: Proposer,
 }
 
 impl ReplicaContext {
@@ -47,11 +50,12 @@ impl ReplicaContext {
 pub async fn propose(ctx: &ReplicaContext, cmd: Command) -> Result<(Outcome, LogId), NodeError> {
     let name = cmd.name();
     let started = tokio::time::Instant::now();
-    let resp = ctx.raft.client_write(cmd).await?;
+    let result = ctx.proposer.propose(cmd).await;
     ctx.telemetry.observe_proposal(started.elapsed());
-    tracing::debug!(command = name, log_id = %resp.log_id, "command applied");
-    let outcome = resp.data.0?;
-    Ok((outcome, resp.log_id))
+    if let Ok((_, log_id)) = &result {
+        tracing::debug!(command = name, %log_id, "command applied");
+    }
+    result
 }
 
 /// Confirms leadership with a quorum and waits until the local state machine has applied

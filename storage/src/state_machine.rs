@@ -126,9 +126,9 @@ impl StateMachineStore {
         // The jobs this batch touches, in their pre-batch state.
         let touched: BTreeSet<JobId> = entries
             .iter()
-            .filter_map(|e| match &e.payload {
-                EntryPayload::Normal(cmd) => Some(cmd.job().clone()),
-                _ => None,
+            .flat_map(|e| match &e.payload {
+                EntryPayload::Normal(cmd) => cmd.jobs().into_iter().cloned().collect(),
+                _ => Vec::new(),
             })
             .collect();
         let (mut work, mut applied) = {
@@ -140,7 +140,7 @@ impl StateMachineStore {
             (StateMachineData { jobs }, state.applied.clone())
         };
 
-        // `StateMachineData::apply` only reads and writes `cmd.job()`, so applying to a copy
+        // `StateMachineData::apply` only reads and writes `cmd.jobs()`, so applying to a copy
         // holding just the touched jobs computes exactly what applying to the whole state would.
         let mut responses = Vec::with_capacity(entries.len());
         for entry in &entries {

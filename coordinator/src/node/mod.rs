@@ -116,6 +116,7 @@ impl Replica {
             peer_credentials,
             accepts_peers: !matches!(peer_auth, PeerAuth::Closed),
             default_restart_strategy: config.restart_strategy.clone().map(Arc::new),
+            proposer: crate::proposer::Proposer::start(raft.clone()),
         };
         let raft_gauges =
             tokio::spawn(crate::metrics::raft::follow_raft(raft.clone(), ctx.telemetry.raft.clone()));

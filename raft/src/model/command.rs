@@ -67,12 +67,21 @@ pub enum Command {
     /// Records `outcome` for a request id without changing anything else (e.g. the checkpoint id
     /// a trigger request was given); a repeat returns the recorded outcome.
     RecordRequest { job: JobId, request_id: String, fingerprint: u64, outcome: Outcome },
+    /// Concurrent proposals packed into one log entry (group commit: one append, one flush, one
+    /// replication round for all of them). Each command is applied in order exactly as if it
+    /// were its own entry; one's rejection does not affect the others. The outcome is
+    /// [`Outcome::Batch`], one result per command. A batch holds 1..=[`MAX_BATCH`] commands, none
+    /// of them a batch.
+    Batch { commands: Vec<Command> },
 }
 
+/// The most commands one [`Command::Batch`] may hold.
+pub const MAX_BATCH: usize = 1024;
+
 impl Command {
-    /// The one job whose record the command reads and writes.
-    pub fn job(&self) -> &JobId {
-        match self {
+    /// The one job whose record the command reads and writes; `None` for a batch.
+    pub fn job(&self) -> Option<&JobId> {
+        Some(match self {
             Self::RegisterJob { job, .. }
             | Self::UpdateJobConfig { job, .. }
             | Self::SetJobStatus { job, .. }
@@ -89,7 +98,17 @@ impl Command {
             | Self::ReleaseRetainedCheckpoint { job, .. }
             | Self::RecordStats { job, .. }
             | Self::RecordRequest { job, .. } => job,
-            Self::Deduplicated { command, .. } => command.job(),
+            Self::Deduplicated { command, .. } => return command.job(),
+            Self::Batch { .. } => return None,
+        })
+    }
+
+    /// Every job the command (or, for a batch, any command in it) reads and writes.
+    pub fn jobs(&self) -> Vec<&JobId> {
+        match self {
+            Self::Batch { commands } => commands.iter().flat_map(Command::jobs).collect(),
+            Self::Deduplicated { command, .. } => command.jobs(),
+            other => other.job().into_iter().collect(),
         }
     }
 
@@ -113,13 +132,18 @@ impl Command {
             Self::RecordStats { .. } => "record_stats",
             Self::Deduplicated { .. } => "deduplicated",
             Self::RecordRequest { .. } => "record_request",
+            Self::Batch { .. } => "batch",
         }
     }
 }
 
 impl fmt::Display for Command {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}(job={})", self.name(), self.job())
+        match (self, self.job()) {
+            (Self::Batch { commands }, _) => write!(f, "batch({} commands)", commands.len()),
+            (_, Some(job)) => write!(f, "{}(job={job})", self.name()),
+            (_, None) => write!(f, "{}", self.name()),
+        }
     }
 }
 
@@ -161,6 +185,10 @@ pub enum Outcome {
     /// A request id seen before with the same arguments: what its first execution returned.
     Repeated {
         first: Box<Outcome>,
+    },
+    /// The result of each command of a [`Command::Batch`], in order.
+    Batch {
+        results: Vec<Result<Outcome, CommandError>>,
     },
 }
 
@@ -213,6 +241,8 @@ pub enum CommandError {
     UnknownCheckpoint { job: JobId, id: u64 },
     #[error(transparent)]
     InvalidRestartStrategy(#[from] cairn_protocol::restart::RestartStrategyError),
+    #[error("invalid batch: {reason}")]
+    InvalidBatch { reason: String },
 }
 
 /// The response of one applied log entry. Rejections are committed responses too, so that

@@ -15,7 +15,7 @@ mod job;
 pub mod request;
 mod state;
 
-pub use command::{Command, CommandError, CommandResponse, MAX_ID_RESERVATION, Outcome};
+pub use command::{Command, CommandError, CommandResponse, MAX_BATCH, MAX_ID_RESERVATION, Outcome};
 // The submitted job's vocabulary is the contract crate's; the registry stores it as it is.
 pub use cairn_protocol::checkpoint::CheckpointKind;
 pub use cairn_protocol::config::{CheckpointConfig, ConfigError};

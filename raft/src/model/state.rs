@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::request::Lookup;
 use super::{
-    CheckpointKind, Command, CommandError, CompletedCheckpoint, JobId, JobRecord, JobStatus,
+    CheckpointKind, Command, CommandError, CompletedCheckpoint, JobId, JobRecord, JobStatus, MAX_BATCH,
     MAX_ID_RESERVATION, Outcome, RequestEntry,
 };
 
@@ -26,6 +26,7 @@ impl StateMachineData {
     /// only on the current state and the command.
     pub fn apply(&mut self, cmd: &Command) -> Result<Outcome, CommandError> {
         match cmd {
+            Command::Batch { commands } => return self.apply_batch(commands),
             Command::Deduplicated { request_id, fingerprint, command } => {
                 return self.apply_deduplicated(request_id, *fingerprint, command);
             }
@@ -59,7 +60,9 @@ impl StateMachineData {
             self.jobs.insert(job.clone(), JobRecord::new(job.clone(), name, spec.clone()));
             return Ok(Outcome::Done);
         }
-        let job_id = cmd.job();
+        let Some(job_id) = cmd.job() else {
+            return Err(CommandError::InvalidBatch { reason: "a batch inside a command".to_owned() });
+        };
         let Some(job) = self.jobs.get_mut(job_id) else {
             return Err(CommandError::UnknownJob { job: job_id.clone() });
         };
@@ -105,6 +108,19 @@ impl StateMachineData {
 }
 
 impl StateMachineData {
+    /// Applies each command of a batch in order, as if each were its own log entry.
+    fn apply_batch(&mut self, commands: &[Command]) -> Result<Outcome, CommandError> {
+        if commands.is_empty() || commands.len() > MAX_BATCH {
+            return Err(CommandError::InvalidBatch {
+                reason: format!("{} commands; a batch holds 1 to {MAX_BATCH}", commands.len()),
+            });
+        }
+        if commands.iter().any(|c| matches!(c, Command::Batch { .. })) {
+            return Err(CommandError::InvalidBatch { reason: "a batch inside a batch".to_owned() });
+        }
+        Ok(Outcome::Batch { results: commands.iter().map(|c| self.apply(c)).collect() })
+    }
+
     /// Applies `command` once per request id: a repeat returns the first outcome, a conflicting
     /// repeat is refused, a rejected command is not remembered (a retry is validated again).
     fn apply_deduplicated(
@@ -113,7 +129,9 @@ impl StateMachineData {
         fingerprint: u64,
         command: &Command,
     ) -> Result<Outcome, CommandError> {
-        let job = command.job();
+        let Some(job) = command.job() else {
+            return Err(CommandError::InvalidBatch { reason: "a batch cannot be deduplicated".to_owned() });
+        };
         if let Some(record) = self.jobs.get(job) {
             match record.requests.lookup(request_id, fingerprint) {
                 Lookup::Repeat(first) => return Ok(Outcome::Repeated { first: Box::new(first.clone()) }),
@@ -146,7 +164,8 @@ fn apply_to_live_job(job: &mut JobRecord, cmd: &Command) -> Result<Outcome, Comm
         | Command::DiscardRetainedCheckpoints { .. }
         | Command::ReleaseRetainedCheckpoint { .. }
         | Command::Deduplicated { .. }
-        | Command::RecordRequest { .. } => {
+        | Command::RecordRequest { .. }
+        | Command::Batch { .. } => {
             unreachable!("handled by StateMachineData::apply")
         }
         Command::UpdateJobConfig { checkpoint, .. } => {

@@ -215,7 +215,8 @@ pub fn outcome() -> BoxedStrategy<Outcome> {
         .boxed()
 }
 
-/// Any command, valid or not, on jobs `a`..`d`, possibly wrapped in `Deduplicated` a few times.
+/// Any command, valid or not, on jobs `a`..`d`, possibly wrapped in `Deduplicated` or packed in
+/// a `Batch` a few times.
 pub fn command() -> BoxedStrategy<Command> {
     let leaf = prop_oneof![
         (job_id(), text(), job_spec()).prop_map(|(job, name, spec)| Command::RegisterJob { job, name, spec }),
@@ -255,10 +256,13 @@ pub fn command() -> BoxedStrategy<Command> {
             }
         ),
     ];
-    leaf.prop_recursive(3, 6, 1, |inner| {
-        ("[a-z0-9]{1,4}", 0u64..3, inner).prop_map(|(request_id, fingerprint, command)| {
-            Command::Deduplicated { request_id, fingerprint, command: Box::new(command) }
-        })
+    leaf.prop_recursive(3, 12, 4, |inner| {
+        prop_oneof![
+            ("[a-z0-9]{1,4}", 0u64..3, inner.clone()).prop_map(|(request_id, fingerprint, command)| {
+                Command::Deduplicated { request_id, fingerprint, command: Box::new(command) }
+            }),
+            prop::collection::vec(inner, 0..4).prop_map(|commands| Command::Batch { commands }),
+        ]
     })
     .boxed()
 }

@@ -93,6 +93,36 @@ fn a_reservation_at_the_end_of_the_id_space_is_shortened_then_refused() {
 }
 
 #[test]
+fn a_batch_applies_each_command_as_its_own_entry_would() {
+    let mut sm = StateMachineData::default();
+    register(&mut sm, "a", 1);
+    let mut one_by_one = sm.clone();
+    let commands = vec![
+        Command::AllocateCheckpointId { job: jid("a") },
+        Command::AllocateCheckpointId { job: jid("nope") },
+        Command::ReserveCheckpointIds { job: jid("a"), count: 3 },
+    ];
+    let expected: Vec<_> = commands.iter().map(|c| one_by_one.apply(c)).collect();
+    let outcome = sm.apply(&Command::Batch { commands: commands.clone() }).unwrap();
+    assert_eq!(outcome, Outcome::Batch { results: expected });
+    assert_eq!(sm, one_by_one, "the rejection inside did not undo the others");
+    let before = sm.clone();
+    for bad in [
+        Command::Batch { commands: Vec::new() },
+        Command::Batch { commands: vec![Command::Batch { commands: commands.clone() }] },
+        Command::Batch { commands: vec![commands[0].clone(); MAX_BATCH + 1] },
+        Command::Deduplicated {
+            request_id: "r".into(),
+            fingerprint: 1,
+            command: Box::new(Command::Batch { commands: commands.clone() }),
+        },
+    ] {
+        assert!(matches!(sm.apply(&bad), Err(CommandError::InvalidBatch { .. })), "{bad}");
+        assert_eq!(sm, before, "{bad} changed the state");
+    }
+}
+
+#[test]
 fn unknown_job_is_rejected() {
     let mut sm = StateMachineData::default();
     let err = sm.apply(&Command::AllocateCheckpointId { job: jid("nope") }).unwrap_err();
@@ -301,20 +331,21 @@ proptest! {
         let mut sm = StateMachineData::default();
         let mut last_id: BTreeMap<JobId, u64> = BTreeMap::new();
         for cmd in &cmds {
+            let Some(job_id) = cmd.job() else { continue };
             let before = sm.clone();
-            let newest_before = sm.job(cmd.job()).and_then(|j| j.latest_completed().cloned());
+            let newest_before = sm.job(job_id).and_then(|j| j.latest_completed().cloned());
             match sm.apply(cmd) {
                 Err(_) => prop_assert_eq!(&sm, &before, "a rejected command changed state: {}", cmd),
                 Ok(Outcome::CheckpointId { id }) => {
-                    if let Some(prev) = last_id.get(cmd.job()) {
-                        prop_assert!(id > *prev, "id {} after {} for {}", id, prev, cmd.job());
+                    if let Some(prev) = last_id.get(job_id) {
+                        prop_assert!(id > *prev, "id {} after {} for {}", id, prev, job_id);
                     }
-                    last_id.insert(cmd.job().clone(), id);
+                    last_id.insert(job_id.clone(), id);
                 }
-                Ok(Outcome::JobRemoved { .. }) => { last_id.remove(cmd.job()); }
+                Ok(Outcome::JobRemoved { .. }) => { last_id.remove(job_id); }
                 Ok(_) => {}
             }
-            if let Some(job) = sm.job(cmd.job()) {
+            if let Some(job) = sm.job(job_id) {
                 let ids: Vec<u64> = job.completed.iter().map(|c| c.id).collect();
                 prop_assert!(ids.windows(2).all(|w| w[0] < w[1]), "completed not increasing: {:?}", ids);
                 prop_assert!(ids.len() <= job.spec.checkpoint.retained as usize);

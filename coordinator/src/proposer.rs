@@ -1,0 +1,111 @@
+//! Group commit of proposals: concurrent commands share one Raft entry.
+//!
+//! openraft 0.9 appends, and flushes, each client write on its own before it takes the next, so
+//! N concurrent proposals cost N sequential fsyncs on the leader (and N on each follower). The
+//! [`Proposer`] is the one task that submits this replica's commands: it takes everything queued
+//! since its last submission (up to [`MAX_BATCH`]) and proposes it as one
+//! [`Command::Batch`], so they share one append, one flush and one replication round; a lone
+//! command is proposed as itself. At most [`IN_FLIGHT`] submissions are outstanding, so the
+//! next batch fills while earlier ones replicate. Each caller gets its own command's outcome,
+//! or the error of the submission it was part of.
+
+use std::sync::Arc;
+
+use cairn_raft::model::{Command, MAX_BATCH, Outcome};
+use cairn_raft::types::{LogId, Raft};
+use tokio::sync::{Semaphore, mpsc, oneshot};
+
+use crate::error::NodeError;
+
+/// Commands waiting to be proposed; callers wait for room beyond this.
+const QUEUE: usize = 4096;
+/// Submissions outstanding at once.
+pub const IN_FLIGHT: usize = 4;
+
+type Reply = oneshot::Sender<Result<(Outcome, LogId), NodeError>>;
+
+struct Pending {
+    command: Command,
+    reply: Reply,
+}
+
+/// Handle of the replica's proposer task. Cheap to clone.
+#[derive(Clone)]
+pub struct Proposer {
+    queue: mpsc::Sender<Pending>,
+}
+
+impl Proposer {
+    /// Starts the proposer task for `raft`; it ends when every handle is dropped.
+    pub fn start(raft: Raft) -> Self {
+        let (queue, rx) = mpsc::channel(QUEUE);
+        tokio::spawn(run(raft, rx));
+        Self { queue }
+    }
+
+    /// Proposes `command` and waits until it is applied: its outcome and the log id of the
+    /// entry that carried it.
+    pub async fn propose(&self, command: Command) -> Result<(Outcome, LogId), NodeError> {
+        let (reply, answer) = oneshot::channel();
+        self.queue
+            .send(Pending { command, reply })
+            .await
+            .map_err(|_| NodeError::Stopped("the proposer has stopped".to_owned()))?;
+        answer.await.map_err(|_| NodeError::Stopped("the proposer has stopped".to_owned()))?
+    }
+}
+
+async fn run(raft: Raft, mut rx: mpsc::Receiver<Pending>) {
+    let slots = Arc::new(Semaphore::new(IN_FLIGHT));
+    let mut batch = Vec::with_capacity(MAX_BATCH);
+    loop {
+        let Ok(slot) = slots.clone().acquire_owned().await else { return };
+        if rx.recv_many(&mut batch, MAX_BATCH).await == 0 {
+            return;
+        }
+        let pending = std::mem::replace(&mut batch, Vec::with_capacity(MAX_BATCH));
+        let raft = raft.clone();
+        tokio::spawn(async move {
+            submit(&raft, pending).await;
+            drop(slot);
+        });
+    }
+}
+
+async fn submit(raft: &Raft, mut pending: Vec<Pending>) {
+    if pending.len() == 1 {
+        let Some(one) = pending.pop() else { return };
+        let result = match raft.client_write(one.command).await {
+            Ok(resp) => resp.data.0.map(|outcome| (outcome, resp.log_id)).map_err(NodeError::from),
+            Err(e) => Err(NodeError::from(e)),
+        };
+        let _ = one.reply.send(result);
+        return;
+    }
+    let count = pending.len();
+    let (commands, replies): (Vec<Command>, Vec<Reply>) =
+        pending.into_iter().map(|p| (p.command, p.reply)).unzip();
+    tracing::trace!(commands = count, "proposing a batch");
+    match raft.client_write(Command::Batch { commands }).await {
+        Ok(resp) => match resp.data.0 {
+            Ok(Outcome::Batch { results }) if results.len() == count => {
+                for (reply, result) in replies.into_iter().zip(results) {
+                    let _ = reply.send(result.map(|outcome| (outcome, resp.log_id)).map_err(NodeError::from));
+                }
+            }
+            other => {
+                let error = format!("a batch of {count} commands was answered with {other:?}");
+                tracing::error!(%error, "unexpected batch outcome");
+                for reply in replies {
+                    let _ = reply.send(Err(NodeError::Internal(error.clone())));
+                }
+            }
+        },
+        Err(e) => {
+            let error = NodeError::from(e);
+            for reply in replies {
+                let _ = reply.send(Err(error.clone()));
+            }
+        }
+    }
+}

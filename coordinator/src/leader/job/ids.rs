@@ -6,6 +6,10 @@
 //!
 //! A range belongs to the driver's generation: a new preparation (which may advance the
 //! counter for a restore) discards it, so no id below a restored savepoint is handed out.
+//!
+//! A range is reserved only once the coordinator core exists, on its first allocation: the
+//! core starts above the replicated counter, so a range reserved before it was created would
+//! lie below the core's highest id and every id in it would be refused.
 
 use std::collections::VecDeque;
 
@@ -57,7 +61,7 @@ impl JobDriver {
     }
 
     /// Starts a reservation unless one for this generation is being committed already.
-    pub(super) fn reserve_ids(&mut self) {
+    fn reserve_ids(&mut self) {
         if self.ids.in_flight == Some(self.generation) {
             return;
         }

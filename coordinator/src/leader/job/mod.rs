@@ -385,10 +385,6 @@ impl JobDriver {
         }
         if self.phase == Phase::Preparing {
             self.begin_prepare();
-        } else if self.phase == Phase::AwaitReattach {
-            // Ready before the tasks are back: the first checkpoint of this term waits for no
-            // Raft round trip.
-            self.reserve_ids();
         }
     }
 

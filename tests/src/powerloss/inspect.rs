@@ -7,8 +7,9 @@ use std::path::{Path, PathBuf};
 
 use cairn_protocol::checkpoint::layout::is_safe_relative;
 use cairn_protocol::checkpoint::{MetadataPointer, read_metadata};
-use cairn_raft::model::{CompletedCheckpoint, JobRecord};
+use cairn_raft::model::{CompletedCheckpoint, JobRecord, StateMachineData};
 use cairn_taskrt::state::storage::read_verified;
+use openraft::EntryPayload;
 
 use super::machines::Machine;
 
@@ -18,9 +19,15 @@ pub struct StoreView {
     pub node: u64,
     /// Index of the last log entry (the purge point when the log is empty).
     pub last_log_index: Option<u64>,
+    /// Term of the last log entry: with `last_log_index`, how up to date the log is in an
+    /// election (the most advanced log is the one a new leader would have).
+    pub last_log_term: Option<u64>,
     /// Term of the saved vote.
     pub vote_term: Option<u64>,
+    /// The applied id the store opened with (`apply` does not flush, so it may lag the log).
     pub last_applied: Option<u64>,
+    /// The jobs once the log after `last_applied` is applied, as the replica does when it runs
+    /// again (a replica whose log wins an election commits all of it).
     pub jobs: BTreeMap<String, JobRecord>,
 }
 
@@ -60,12 +67,25 @@ fn open_copy(node: u64, machine: &Machine, data_dir: &Path, copy: &Path) -> Resu
     let state = log.log_state().map_err(|e| format!("replica {node}: log state: {e}"))?;
     let vote = log.vote().map_err(|e| format!("replica {node}: vote: {e}"))?;
     let reader = sm.reader();
+    let last_applied = reader.last_applied().map(|id| id.index);
+    let mut data =
+        StateMachineData { jobs: reader.jobs().into_iter().map(|job| (job.id.clone(), job)).collect() };
+    let tail = log
+        .entries(last_applied.map_or(0, |i| i + 1)..)
+        .map_err(|e| format!("replica {node}: reading the log after the applied entry: {e}"))?;
+    for entry in &tail {
+        if let EntryPayload::Normal(command) = &entry.payload {
+            // Rejections are committed outcomes too; they change nothing.
+            let _ = data.apply(command);
+        }
+    }
     Ok(StoreView {
         node,
         last_log_index: state.last_log_id.map(|id| id.index),
+        last_log_term: state.last_log_id.map(|id| id.leader_id.term),
         vote_term: vote.map(|v| v.leader_id().term),
-        last_applied: reader.last_applied().map(|id| id.index),
-        jobs: reader.jobs().into_iter().map(|job| (job.id.as_str().to_owned(), job)).collect(),
+        last_applied,
+        jobs: data.jobs.into_iter().map(|(id, job)| (id.as_str().to_owned(), job)).collect(),
     })
 }
 

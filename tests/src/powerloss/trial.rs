@@ -343,12 +343,12 @@ async fn drive(
             }
         }
         if storage_too {
-            // Nothing runs: the most advanced store is the committed state as of the power
-            // loss (every reply was sent after its command was applied and fsynced on the
-            // leader).
+            // Nothing runs: the most advanced log (the one a new leader would have, re-applied
+            // after its applied entry) holds the committed state as of the power loss (every
+            // reply was sent after its command was committed: durable in a majority's logs).
             let (savepoints, allocations) =
                 workload.with_recorded(|r| (r.savepoints.clone(), r.allocations.clone()));
-            if let Some(view) = boot_views.iter().max_by_key(|v| v.last_applied) {
+            if let Some(view) = boot_views.iter().max_by_key(|v| (v.last_log_term, v.last_log_index)) {
                 check_store_against_acks(view, &savepoints, &allocations, &when, &mut findings);
             }
         }
@@ -433,7 +433,7 @@ async fn drive(
             final_views.push(view);
         }
     }
-    if let Some(view) = final_views.iter().max_by_key(|v| v.last_applied) {
+    if let Some(view) = final_views.iter().max_by_key(|v| (v.last_log_term, v.last_log_index)) {
         check_store_against_acks(
             view,
             &recorded.savepoints,

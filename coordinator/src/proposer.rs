@@ -5,14 +5,16 @@
 //! [`Proposer`] is the one task that submits this replica's commands: it takes everything queued
 //! since its last submission (up to [`MAX_BATCH`]) and proposes it as one
 //! [`Command::Batch`], so they share one append, one flush and one replication round; a lone
-//! command is proposed as itself. At most [`IN_FLIGHT`] submissions are outstanding, so the
-//! next batch fills while earlier ones replicate. Each caller gets its own command's outcome,
+//! command is proposed as itself. Submissions reach openraft in queue order (a caller's
+//! commands are never reordered); at most [`IN_FLIGHT`] are outstanding, so the next batch
+//! fills while earlier ones replicate. Each caller gets its own command's outcome,
 //! or the error of the submission it was part of.
 
 use std::sync::Arc;
 
 use cairn_raft::model::{Command, MAX_BATCH, Outcome};
 use cairn_raft::types::{LogId, Raft};
+use openraft::error::RaftError;
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
 use crate::error::NodeError;
@@ -64,45 +66,61 @@ async fn run(raft: Raft, mut rx: mpsc::Receiver<Pending>) {
             return;
         }
         let pending = std::mem::replace(&mut batch, Vec::with_capacity(MAX_BATCH));
-        let raft = raft.clone();
-        tokio::spawn(async move {
-            submit(&raft, pending).await;
-            drop(slot);
-        });
+        let count = pending.len();
+        let (mut commands, replies): (Vec<Command>, Vec<Reply>) =
+            pending.into_iter().map(|p| (p.command, p.reply)).unzip();
+        let command = match commands.pop() {
+            Some(one) if commands.is_empty() => one,
+            Some(last) => {
+                commands.push(last);
+                tracing::trace!(commands = count, "proposing a batch");
+                Command::Batch { commands }
+            }
+            None => continue,
+        };
+        // Handed to openraft here, in queue order; only the wait for the outcome runs apart.
+        match raft.client_write_ff(command).await {
+            Ok(outcome) => {
+                tokio::spawn(async move {
+                    let result = match outcome.await {
+                        Ok(Ok(resp)) => {
+                            resp.data.0.map(|outcome| (outcome, resp.log_id)).map_err(NodeError::from)
+                        }
+                        Ok(Err(e)) => Err(NodeError::from(RaftError::APIError(e))),
+                        Err(_) => Err(NodeError::Stopped("raft dropped the proposal".to_owned())),
+                    };
+                    answer(replies, result);
+                    drop(slot);
+                });
+            }
+            Err(fatal) => answer(replies, Err(NodeError::Stopped(fatal.to_string()))),
+        }
     }
 }
 
-async fn submit(raft: &Raft, mut pending: Vec<Pending>) {
-    if pending.len() == 1 {
-        let Some(one) = pending.pop() else { return };
-        let result = match raft.client_write(one.command).await {
-            Ok(resp) => resp.data.0.map(|outcome| (outcome, resp.log_id)).map_err(NodeError::from),
-            Err(e) => Err(NodeError::from(e)),
-        };
-        let _ = one.reply.send(result);
+/// Sends each caller its outcome: the one outcome of a lone command, or its share of a batch's.
+fn answer(mut replies: Vec<Reply>, result: Result<(Outcome, LogId), NodeError>) {
+    let count = replies.len();
+    if count == 1 {
+        if let Some(reply) = replies.pop() {
+            let _ = reply.send(result);
+        }
         return;
     }
-    let count = pending.len();
-    let (commands, replies): (Vec<Command>, Vec<Reply>) =
-        pending.into_iter().map(|p| (p.command, p.reply)).unzip();
-    tracing::trace!(commands = count, "proposing a batch");
-    match raft.client_write(Command::Batch { commands }).await {
-        Ok(resp) => match resp.data.0 {
-            Ok(Outcome::Batch { results }) if results.len() == count => {
-                for (reply, result) in replies.into_iter().zip(results) {
-                    let _ = reply.send(result.map(|outcome| (outcome, resp.log_id)).map_err(NodeError::from));
-                }
+    match result {
+        Ok((Outcome::Batch { results }, log_id)) if results.len() == count => {
+            for (reply, result) in replies.into_iter().zip(results) {
+                let _ = reply.send(result.map(|outcome| (outcome, log_id)).map_err(NodeError::from));
             }
-            other => {
-                let error = format!("a batch of {count} commands was answered with {other:?}");
-                tracing::error!(%error, "unexpected batch outcome");
-                for reply in replies {
-                    let _ = reply.send(Err(NodeError::Internal(error.clone())));
-                }
+        }
+        Ok((other, _)) => {
+            let error = format!("a batch of {count} commands was answered with {other:?}");
+            tracing::error!(%error, "unexpected batch outcome");
+            for reply in replies {
+                let _ = reply.send(Err(NodeError::Internal(error.clone())));
             }
-        },
-        Err(e) => {
-            let error = NodeError::from(e);
+        }
+        Err(error) => {
             for reply in replies {
                 let _ = reply.send(Err(error.clone()));
             }

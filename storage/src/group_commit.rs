@@ -76,6 +76,12 @@ impl GroupCommit {
     }
 }
 
+/// What to complete once a flush is over, in queue order.
+enum Completion {
+    Append(LogFlushed<TypeConfig>),
+    Barrier(oneshot::Sender<()>),
+}
+
 async fn run(mut queue: mpsc::Receiver<Request>) {
     let mut batch = Vec::new();
     while queue.recv_many(&mut batch, QUEUE).await > 0 {
@@ -83,21 +89,30 @@ async fn run(mut queue: mpsc::Receiver<Request>) {
             Request::Append { trees, .. } => Some(trees.clone()),
             Request::Barrier { .. } => None,
         });
+        // Every database handle is dropped before anyone hears back: a caller that drops its
+        // store once its append completed must be able to open the database again at once.
+        let completions: Vec<Completion> = batch
+            .drain(..)
+            .map(|r| match r {
+                Request::Append { callback, .. } => Completion::Append(callback),
+                Request::Barrier { done } => Completion::Barrier(done),
+            })
+            .collect();
         let result = match trees {
             Some(trees) => trees.flush_durably().await.map_err(|e| e.to_string()),
             None => Ok(()),
         };
-        let appends = batch.iter().filter(|r| matches!(r, Request::Append { .. })).count();
+        let appends = completions.iter().filter(|c| matches!(c, Completion::Append(_))).count();
         match &result {
             Ok(()) => tracing::trace!(appends, "group commit flushed"),
             Err(error) => tracing::error!(appends, %error, "group commit flush failed"),
         }
-        for request in batch.drain(..) {
-            match request {
-                Request::Append { callback, .. } => {
-                    callback.log_io_completed(result.clone().map_err(io::Error::other));
+        for completion in completions {
+            match completion {
+                Completion::Append(callback) => {
+                    callback.log_io_completed(result.clone().map_err(io::Error::other))
                 }
-                Request::Barrier { done } => {
+                Completion::Barrier(done) => {
                     let _ = done.send(());
                 }
             }

@@ -30,9 +30,33 @@ async fn populate(dir: &Path) {
     sm.get_snapshot_builder().await.build_snapshot().await.unwrap();
 }
 
+/// Whether opening failed only because sled still holds the database's file lock: sled releases
+/// it a moment after the last handle is dropped, when its background threads have ended.
+fn lock_still_held(error: &dyn std::fmt::Display) -> bool {
+    error.to_string().contains("could not acquire lock")
+}
+
+/// Retries `open` while the previous handle's lock is being released (bounded: 10 s).
+fn when_released<T, E: std::fmt::Display>(mut open: impl FnMut() -> Result<T, E>) -> Result<T, E> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        match open() {
+            Err(e) if lock_still_held(&e) && std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            other => return other,
+        }
+    }
+}
+
+/// [`open`] once sled released the previous handle's lock.
+fn reopen(dir: &Path) -> Result<(cairn_storage::LogStore, cairn_storage::StateMachineStore), OpenError> {
+    when_released(|| open(dir))
+}
+
 /// Opens the database with sled directly and lets `f` damage it.
 fn tamper(dir: &Path, f: impl FnOnce(&sled::Db)) {
-    let db = sled::open(dir).unwrap();
+    let db = when_released(|| sled::open(dir)).unwrap();
     f(&db);
     db.flush().unwrap();
 }
@@ -56,7 +80,7 @@ async fn garbage_log_entry_is_a_read_error() {
     tamper(dir.path(), |db| put(db, layout::LOG_TREE, &layout::log_key(3), b"\x00garbage"));
 
     // Only the tail is checked at open; the damaged entry is found when it is read.
-    let (mut log, _sm) = open(dir.path()).unwrap();
+    let (mut log, _sm) = reopen(dir.path()).unwrap();
     assert!(log.try_get_log_entries(1..3).await.is_ok());
     let err = log.try_get_log_entries(1..6).await.unwrap_err();
     assert!(err.to_string().contains("Read"), "{err}");
@@ -69,7 +93,7 @@ async fn garbage_last_log_entry_fails_open() {
     let dir = TempDir::new().unwrap();
     populate(dir.path()).await;
     tamper(dir.path(), |db| put(db, layout::LOG_TREE, &layout::log_key(5), b"{\"log_id\":"));
-    expect_corrupt(open(dir.path()));
+    expect_corrupt(reopen(dir.path()));
 }
 
 #[tokio::test]
@@ -81,7 +105,7 @@ async fn entry_under_the_wrong_index_is_an_error() {
         let two = tree.get(layout::log_key(2)).unwrap().unwrap();
         tree.insert(layout::log_key(4), two).unwrap();
     });
-    let (mut log, _sm) = open(dir.path()).unwrap();
+    let (mut log, _sm) = reopen(dir.path()).unwrap();
     assert!(log.try_get_log_entries(4..5).await.is_err());
 }
 
@@ -92,7 +116,7 @@ async fn log_key_of_wrong_length_is_an_error() {
     // 4 bytes sort after every 8-byte key starting with 0: it becomes the "last entry".
     let blank_json = br#"{"log_id":{"leader_id":{"term":1,"node_id":1},"index":6},"payload":"Blank"}"#;
     tamper(dir.path(), |db| put(db, layout::LOG_TREE, &[0, 0, 0, 6], blank_json));
-    let msg = expect_corrupt(open(dir.path()));
+    let msg = expect_corrupt(reopen(dir.path()));
     assert!(msg.contains("expected 8"), "{msg}");
 }
 
@@ -101,7 +125,7 @@ async fn garbage_vote_fails_open() {
     let dir = TempDir::new().unwrap();
     populate(dir.path()).await;
     tamper(dir.path(), |db| put(db, layout::RAFT_META_TREE, layout::VOTE_KEY.as_bytes(), b"\xff\xfe"));
-    let msg = expect_corrupt(open(dir.path()));
+    let msg = expect_corrupt(reopen(dir.path()));
     assert!(msg.contains("Vote"), "{msg}");
 }
 
@@ -111,7 +135,7 @@ async fn garbage_committed_and_purged_fail_open() {
         let dir = TempDir::new().unwrap();
         populate(dir.path()).await;
         tamper(dir.path(), |db| put(db, layout::RAFT_META_TREE, key.as_bytes(), b"[1,2"));
-        expect_corrupt(open(dir.path()));
+        expect_corrupt(reopen(dir.path()));
     }
 }
 
@@ -120,7 +144,7 @@ async fn garbage_job_row_fails_open() {
     let dir = TempDir::new().unwrap();
     populate(dir.path()).await;
     tamper(dir.path(), |db| put(db, layout::SM_JOBS_TREE, b"b", b"{\"id\":\"b\"}"));
-    let msg = expect_corrupt(open(dir.path()));
+    let msg = expect_corrupt(reopen(dir.path()));
     assert!(msg.contains("StateMachine"), "{msg}");
 }
 
@@ -133,7 +157,7 @@ async fn job_row_under_the_wrong_key_fails_open() {
         let a = jobs.get("a").unwrap().unwrap();
         jobs.insert("b", a).unwrap();
     });
-    expect_corrupt(open(dir.path()));
+    expect_corrupt(reopen(dir.path()));
 }
 
 #[tokio::test]
@@ -141,7 +165,7 @@ async fn garbage_applied_state_fails_open() {
     let dir = TempDir::new().unwrap();
     populate(dir.path()).await;
     tamper(dir.path(), |db| put(db, layout::SM_META_TREE, layout::APPLIED_KEY.as_bytes(), b"nope"));
-    expect_corrupt(open(dir.path()));
+    expect_corrupt(reopen(dir.path()));
 }
 
 #[tokio::test]
@@ -149,7 +173,7 @@ async fn garbage_snapshot_meta_fails_open() {
     let dir = TempDir::new().unwrap();
     populate(dir.path()).await;
     tamper(dir.path(), |db| put(db, layout::SNAPSHOT_TREE, layout::SNAPSHOT_META_KEY.as_bytes(), b"{}"));
-    expect_corrupt(open(dir.path()));
+    expect_corrupt(reopen(dir.path()));
 }
 
 #[tokio::test]
@@ -159,7 +183,7 @@ async fn garbage_snapshot_data_is_a_read_error() {
     tamper(dir.path(), |db| {
         put(db, layout::SNAPSHOT_TREE, layout::SNAPSHOT_DATA_KEY.as_bytes(), b"\x00\x01")
     });
-    let (_log, mut sm) = open(dir.path()).unwrap();
+    let (_log, mut sm) = reopen(dir.path()).unwrap();
     let err = sm.get_current_snapshot().await.unwrap_err();
     assert!(err.to_string().contains("Snapshot"), "{err}");
 }
@@ -171,7 +195,7 @@ async fn missing_snapshot_data_is_a_read_error() {
     tamper(dir.path(), |db| {
         db.open_tree(layout::SNAPSHOT_TREE).unwrap().remove(layout::SNAPSHOT_DATA_KEY).unwrap();
     });
-    let (_log, mut sm) = open(dir.path()).unwrap();
+    let (_log, mut sm) = reopen(dir.path()).unwrap();
     assert!(sm.get_current_snapshot().await.is_err());
 }
 
@@ -180,7 +204,7 @@ async fn unknown_format_version_fails_open() {
     let dir = TempDir::new().unwrap();
     populate(dir.path()).await;
     tamper(dir.path(), |db| put(db, layout::RAFT_META_TREE, layout::FORMAT_KEY.as_bytes(), b"99"));
-    match open(dir.path()) {
+    match reopen(dir.path()) {
         Err(OpenError::UnsupportedFormat { found: 99, expected: 1, .. }) => {}
         Err(e) => panic!("unexpected error {e}"),
         Ok(_) => panic!("opened a database of an unknown format"),
@@ -196,7 +220,7 @@ async fn corrupt_sled_files_fail_open() {
         let path = dir.path().join(file);
         let len = std::fs::metadata(&path).unwrap().len() as usize;
         std::fs::write(&path, vec![0xA5; len.max(64)]).unwrap();
-        match open(dir.path()) {
+        match reopen(dir.path()) {
             Err(e @ (OpenError::Db { .. } | OpenError::DataLost { .. })) => eprintln!("{file}: {e}"),
             Err(e) => panic!("unexpected error for a garbage `{file}`: {e}"),
             Ok((_log, sm)) => panic!("opened a store whose `{file}` is garbage: {sm:?}"),
@@ -219,7 +243,7 @@ async fn removed_sled_files_fail_open() {
             }
         }
     }
-    assert!(matches!(open(dir.path()), Err(OpenError::DataLost { .. })));
+    assert!(matches!(reopen(dir.path()), Err(OpenError::DataLost { .. })));
 }
 
 /// Records that each decode but contradict each other (what sled leaves behind when it drops
@@ -229,13 +253,13 @@ async fn lost_applied_state_behind_purged_log_fails_open() {
     let dir = TempDir::new().unwrap();
     populate(dir.path()).await;
     {
-        let (mut log, _sm) = open(dir.path()).unwrap();
+        let (mut log, _sm) = reopen(dir.path()).unwrap();
         log.purge(log_id(1, 3)).await.unwrap();
     }
     tamper(dir.path(), |db| {
         db.open_tree(layout::SM_META_TREE).unwrap().remove(layout::APPLIED_KEY).unwrap();
     });
-    assert!(matches!(open(dir.path()), Err(OpenError::Inconsistent { .. })));
+    assert!(matches!(reopen(dir.path()), Err(OpenError::Inconsistent { .. })));
 }
 
 #[tokio::test]
@@ -246,6 +270,6 @@ async fn applied_state_behind_snapshot_fails_open() {
         let applied = br#"{"last_applied":{"leader_id":{"term":1,"node_id":1},"index":2},"last_membership":{"log_id":null,"membership":{"configs":[],"nodes":{}}}}"#;
         put(db, layout::SM_META_TREE, layout::APPLIED_KEY.as_bytes(), applied);
     });
-    let err = open(dir.path()).err().map(|e| e.to_string()).unwrap_or_default();
+    let err = reopen(dir.path()).err().map(|e| e.to_string()).unwrap_or_default();
     assert!(err.contains("inconsistent"), "{err}");
 }

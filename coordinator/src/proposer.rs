@@ -59,13 +59,14 @@ impl Proposer {
 
 async fn run(raft: Raft, mut rx: mpsc::Receiver<Pending>) {
     let slots = Arc::new(Semaphore::new(IN_FLIGHT));
-    let mut batch = Vec::with_capacity(MAX_BATCH);
+    let mut batch = Vec::new();
     loop {
         let Ok(slot) = slots.clone().acquire_owned().await else { return };
         if rx.recv_many(&mut batch, MAX_BATCH).await == 0 {
             return;
         }
-        let pending = std::mem::replace(&mut batch, Vec::with_capacity(MAX_BATCH));
+        // Taken, not replaced by a preallocated buffer: most submissions hold a few commands.
+        let pending = std::mem::take(&mut batch);
         let count = pending.len();
         let (mut commands, replies): (Vec<Command>, Vec<Reply>) =
             pending.into_iter().map(|p| (p.command, p.reply)).unzip();

@@ -30,33 +30,14 @@ async fn populate(dir: &Path) {
     sm.get_snapshot_builder().await.build_snapshot().await.unwrap();
 }
 
-/// Whether opening failed only because sled still holds the database's file lock: sled releases
-/// it a moment after the last handle is dropped, when its background threads have ended.
-fn lock_still_held(error: &dyn std::fmt::Display) -> bool {
-    error.to_string().contains("could not acquire lock")
-}
-
-/// Retries `open` while the previous handle's lock is being released (bounded: 10 s).
-fn when_released<T, E: std::fmt::Display>(mut open: impl FnMut() -> Result<T, E>) -> Result<T, E> {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    loop {
-        match open() {
-            Err(e) if lock_still_held(&e) && std::time::Instant::now() < deadline => {
-                std::thread::sleep(std::time::Duration::from_millis(10));
-            }
-            other => return other,
-        }
-    }
-}
-
 /// [`open`] once sled released the previous handle's lock.
 fn reopen(dir: &Path) -> Result<(cairn_storage::LogStore, cairn_storage::StateMachineStore), OpenError> {
-    when_released(|| open(dir))
+    common::when_released(|| open(dir))
 }
 
 /// Opens the database with sled directly and lets `f` damage it.
 fn tamper(dir: &Path, f: impl FnOnce(&sled::Db)) {
-    let db = when_released(|| sled::open(dir)).unwrap();
+    let db = common::when_released(|| sled::open(dir)).unwrap();
     f(&db);
     db.flush().unwrap();
 }

@@ -325,7 +325,7 @@ fn damaged_records_are_typed_errors_when_a_node_restarts() {
             db.open_tree(tree).and_then(|t| t.insert(key, bytes)).unwrap_or_else(|e| panic!("tamper: {e}"));
             db.flush().unwrap_or_else(|e| panic!("flush: {e}"));
         }
-        match open_when_unlocked(dir.path()) {
+        match common::when_released(|| open(dir.path())) {
             Ok((mut log, mut sm)) => {
                 // Opened: every read still answers (an error is fine, a panic is not).
                 rt.block_on(async {
@@ -353,22 +353,6 @@ fn damaged_records_are_typed_errors_when_a_node_restarts() {
             }
         }
     });
-}
-
-/// `open`, waiting while sled still holds the lock of the database the test just wrote with
-/// sled directly (its threads release it shortly after the `Db` is dropped).
-fn open_when_unlocked(dir: &Path) -> Result<(LogStore, StateMachineStore), OpenError> {
-    for _ in 0..200 {
-        match open(dir) {
-            Err(OpenError::Db { source: sled::Error::Io(e), .. })
-                if e.kind() == std::io::ErrorKind::WouldBlock =>
-            {
-                std::thread::sleep(std::time::Duration::from_millis(10));
-            }
-            other => return other,
-        }
-    }
-    open(dir)
 }
 
 fn log_id_of(term: u64, index: u64) -> LogId {

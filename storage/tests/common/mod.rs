@@ -1,5 +1,5 @@
 //! Helpers shared by the integration tests: log ids, entries and commands, appending through
-//! openraft's blocking helper, and measuring a directory.
+//! openraft's blocking helper, measuring a directory, and reopening a database sled just released.
 
 #![allow(dead_code)]
 
@@ -80,4 +80,25 @@ pub fn dir_listing(dir: &Path) -> Vec<(String, u64)> {
         }
     }
     out
+}
+
+/// Whether opening failed only because sled still holds the database's file lock: sled releases
+/// it a moment after the last handle is dropped, once its background threads have ended, which
+/// on a loaded machine can take seconds.
+pub fn lock_still_held(error: &dyn std::fmt::Display) -> bool {
+    error.to_string().contains("could not acquire lock")
+}
+
+/// Retries `open` while a previous handle's lock is being released (bounded: 10 s, polled every
+/// 10 ms), and returns the first other outcome.
+pub fn when_released<T, E: std::fmt::Display>(mut open: impl FnMut() -> Result<T, E>) -> Result<T, E> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        match open() {
+            Err(e) if lock_still_held(&e) && std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            other => return other,
+        }
+    }
 }

@@ -3,6 +3,7 @@
 //!
 //! - [`config`]: the `cairn` binary's configuration (file, env, flags, defaults, validation).
 //! - [`replica`]: what every part of a replica shares (context, proposing, linearizable reads).
+//! - [`handoff`]: leadership transfer (the operator's call, and a leader asked to stop).
 //! - [`auth`]: the admin token and the bearer-token interceptor of the operator services.
 //! - [`node`]: wiring of the sled stores, Raft, the gRPC server and cluster bootstrap.
 //! - [`services`]: client-facing gRPC services (cluster status and membership, the replicated
@@ -17,6 +18,7 @@ pub mod checkpoint;
 pub mod config;
 pub mod error;
 pub mod gateway;
+pub mod handoff;
 pub mod leader;
 pub mod metrics;
 pub mod node;

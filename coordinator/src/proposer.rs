@@ -9,6 +9,9 @@
 //! commands are never reordered); at most [`IN_FLIGHT`] are outstanding, so the next batch
 //! fills while earlier ones replicate. Each caller gets its own command's outcome,
 //! or the error of the submission it was part of.
+//!
+//! [`Proposer::hold`] stops submissions while a leadership transfer runs: the leader's log must
+//! stop growing for its successor to catch up and win the election.
 
 use std::sync::Arc;
 
@@ -35,14 +38,37 @@ struct Pending {
 #[derive(Clone)]
 pub struct Proposer {
     queue: mpsc::Sender<Pending>,
+    /// One permit per submission in flight; [`Proposer::hold`] takes them all.
+    slots: Arc<Semaphore>,
+}
+
+/// While alive, the proposer submits nothing (commands queue); see [`Proposer::hold`].
+pub struct Hold {
+    _slots: tokio::sync::OwnedSemaphorePermit,
 }
 
 impl Proposer {
     /// Starts the proposer task for `raft`; it ends when every handle is dropped.
     pub fn start(raft: Raft) -> Self {
         let (queue, rx) = mpsc::channel(QUEUE);
-        tokio::spawn(run(raft, rx));
-        Self { queue }
+        let slots = Arc::new(Semaphore::new(IN_FLIGHT));
+        tokio::spawn(run(raft, rx, slots.clone()));
+        Self { queue, slots }
+    }
+
+    /// Waits until every submission in flight was answered, then keeps new ones from reaching
+    /// Raft until the returned [`Hold`] is dropped: the leader's log stops growing (apart from
+    /// what openraft itself appends). Queued commands are submitted after the hold, to whoever
+    /// leads then (a replica that lost leadership answers them with a hint to the leader).
+    pub async fn hold(&self) -> Result<Hold, NodeError> {
+        let permits = u32::try_from(IN_FLIGHT).unwrap_or(u32::MAX);
+        let slots = self
+            .slots
+            .clone()
+            .acquire_many_owned(permits)
+            .await
+            .map_err(|_| NodeError::Stopped("the proposer has stopped".to_owned()))?;
+        Ok(Hold { _slots: slots })
     }
 
     /// Proposes `command` and waits until it is applied: its outcome and the log id of the
@@ -57,13 +83,20 @@ impl Proposer {
     }
 }
 
-async fn run(raft: Raft, mut rx: mpsc::Receiver<Pending>) {
-    let slots = Arc::new(Semaphore::new(IN_FLIGHT));
+async fn run(raft: Raft, mut rx: mpsc::Receiver<Pending>, slots: Arc<Semaphore>) {
     let mut batch = Vec::new();
     loop {
-        let Ok(slot) = slots.clone().acquire_owned().await else { return };
+        // Wait for work before taking a slot, so an idle loop never keeps a hold waiting.
         if rx.recv_many(&mut batch, MAX_BATCH).await == 0 {
             return;
+        }
+        let Ok(slot) = slots.clone().acquire_owned().await else { return };
+        // Whatever queued while every slot was taken joins this submission.
+        while batch.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(p) => batch.push(p),
+                Err(_) => break,
+            }
         }
         // Taken, not replaced by a preallocated buffer: most submissions hold a few commands.
         let pending = std::mem::take(&mut batch);

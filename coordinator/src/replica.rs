@@ -45,6 +45,11 @@ impl ReplicaContext {
     }
 }
 
+/// The address of the leader the metrics name, from the membership.
+pub fn leader_addr(m: &RaftMetrics) -> Option<String> {
+    m.current_leader.and_then(|l| m.membership_config.membership().get_node(&l).map(|n| n.addr.clone()))
+}
+
 /// Proposes `cmd` through Raft and waits for it to be applied. Returns the outcome and the log id
 /// it was committed at; a rejected command comes back as [`NodeError::Command`].
 pub async fn propose(ctx: &ReplicaContext, cmd: Command) -> Result<(Outcome, LogId), NodeError> {

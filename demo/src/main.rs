@@ -57,7 +57,11 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let filter = EnvFilter::try_new(&args.log)
         .with_context(|| format!("--log {:?} is not a valid filter", args.log))?;
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        // Colours only on a terminal: a log file or a collector gets plain text.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).init();
 
     // Handlers first: Ctrl-C during start-up still stops everything cleanly.
     let mut signals = ShutdownSignals::install().context("installing the SIGTERM/SIGINT handlers")?;

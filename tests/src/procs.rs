@@ -412,6 +412,11 @@ impl ProcCluster {
     }
 
     /// The current log of a worker.
+    /// Everything replica `id` logged so far (across its restarts).
+    pub fn node_log_text(&self, id: u64) -> String {
+        std::fs::read_to_string(self.log_path(id)).unwrap_or_default()
+    }
+
     pub fn worker_log_text(&self, name: &str) -> String {
         std::fs::read_to_string(self.worker_log(name)).unwrap_or_default()
     }

@@ -144,6 +144,49 @@ async fn leader_killed_three_times_tasks_keep_running_exactly_once() -> anyhow::
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rolling_restart_hands_leadership_over_and_no_task_restarts() -> anyhow::Result<()> {
+    let Scenario { mut cluster, output, client } = scenario("8s").await?;
+    let mut c = client.clone();
+    let result: anyhow::Result<()> = async {
+        let mut last_id = 0;
+        let mut count = completions(&client, 0, 2, &mut last_id).await?;
+        // Restart every replica once, the leader first, with SIGTERM as an orchestrator does.
+        let first = c.status().await?.leader_id;
+        let order: Vec<u64> =
+            std::iter::once(first).chain(cluster.nodes.keys().copied().filter(|id| *id != first)).collect();
+        for id in order {
+            let status = c.status().await?;
+            let was_leader = status.leader_id == id;
+            let handed_before = cluster.node_log_text(id).matches("leadership handed over").count();
+            let node = cluster.nodes.get_mut(&id).ok_or_else(|| anyhow::anyhow!("no process for {id}"))?;
+            let exit = node.terminate(T)?;
+            assert!(exit.success(), "replica {id} exited with {exit} after SIGTERM");
+            let log = cluster.node_log_text(id);
+            let handed: Vec<&str> = log.lines().filter(|l| l.contains("leadership handed over")).collect();
+            let handed = &handed[handed_before..];
+            if was_leader {
+                // The leader named its successor before it exited, and that successor still
+                // leads in the term it was elected in: nobody waited out an election timeout.
+                assert_eq!(handed.len(), 1, "leader {id} stopped without handing over:\n{}", cluster.logs(40));
+                let now = c.status().await?;
+                assert_ne!(now.leader_id, id);
+                let named = format!("leader={} term={}", now.leader_id, now.term);
+                assert!(handed[0].contains(&named), "handed over as {:?}, but now {named}", handed[0]);
+            } else {
+                assert!(handed.is_empty(), "follower {id} claims to have handed leadership over");
+            }
+            cluster.launch(id)?;
+            count = completions(&client, count, 2, &mut last_id).await?;
+        }
+        let job = c.get_job("demo").await?;
+        assert_eq!(job.attempts, 1, "the tasks were restarted ({} attempts)", job.attempts);
+        exactly_once(output.clone()).await
+    }
+    .await;
+    with_logs(&cluster, result)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn worker_killed_job_restarts_on_another_worker_exactly_once() -> anyhow::Result<()> {
     let Scenario { mut cluster, output, client } = scenario("8s").await?;
     let mut c = client.clone();

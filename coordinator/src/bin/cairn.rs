@@ -210,13 +210,21 @@ fn parse_restart_strategy(s: &str) -> Result<cairn_protocol::restart::RestartStr
 fn init_logging(cli: &Cli) -> anyhow::Result<()> {
     let filter =
         EnvFilter::try_new(&cli.log).with_context(|| format!("--log {:?} is not a valid filter", cli.log))?;
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        // Colours only on a terminal: a log file or a collector gets plain text.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     match cli.log_format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
     }
     Ok(())
 }
+
+/// How long a stopping leader may spend handing its leadership over (normally a few
+/// milliseconds: the most caught-up voter is asked to start an election it wins).
+const HANDOFF_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -241,6 +249,16 @@ async fn main() -> anyhow::Result<()> {
     });
     let signal = signals.next().await;
     tracing::info!(signal, "shutting down");
+    // A leader hands over first, so the others need not wait out an election timeout and jobs
+    // keep checkpointing through a rolling restart. A second signal skips it.
+    tokio::select! {
+        handed = replica.hand_off_leadership(HANDOFF_TIMEOUT) => match handed {
+            Ok(Some((leader, term))) => tracing::info!(leader, term, "leadership handed over"),
+            Ok(None) => {}
+            Err(e) => tracing::warn!(error = %e, "could not hand leadership over; stopping anyway"),
+        },
+        signal = signals.next() => tracing::warn!(signal, "stopping without handing leadership over"),
+    }
     let _ = stop_metrics.send(());
     replica.shutdown().await;
     if let Some(server) = metrics_server

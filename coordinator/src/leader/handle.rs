@@ -106,6 +106,9 @@ pub struct TermHandle {
     pub leader_id: u64,
     pub heartbeat_interval: Duration,
     pub heartbeat_timeout: Duration,
+    /// When this runtime started: after the election that made this replica leader (its vote
+    /// became committed no later than this).
+    pub since: tokio::time::Instant,
     tx: mpsc::Sender<RuntimeCmd>,
 }
 
@@ -117,7 +120,8 @@ impl TermHandle {
         heartbeat_timeout: Duration,
         tx: mpsc::Sender<RuntimeCmd>,
     ) -> Self {
-        Self { term, leader_id, heartbeat_interval, heartbeat_timeout, tx }
+        let since = tokio::time::Instant::now();
+        Self { term, leader_id, heartbeat_interval, heartbeat_timeout, since, tx }
     }
 }
 

@@ -9,6 +9,7 @@ mod bootstrap;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use cairn_raft::network::{GrpcNetwork, TransportConfig};
 use cairn_raft::service::RaftService;
@@ -23,6 +24,7 @@ use cairn_raft::service::PeerAuth;
 
 use crate::auth::{AdminAuth, WorkerAuth};
 use crate::config::NodeConfig;
+use crate::error::NodeError;
 use crate::gateway::GatewayService;
 use crate::leader::{LeaderHandle, LeaderOptions, LeaderSupervisor};
 use crate::metrics::ReplicaMetrics;
@@ -202,6 +204,14 @@ impl Replica {
     /// The address the gRPC server is bound to.
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// When this replica leads, hands the leadership to the most caught-up voter (bounded by
+    /// `timeout`) before it stops, so the cluster does not wait out an election timeout. Answers
+    /// the new leader and its term, or `None` when there was nothing to hand over; on error the
+    /// caller stops anyway and the others elect a leader as after a crash.
+    pub async fn hand_off_leadership(&self, timeout: Duration) -> Result<Option<(NodeId, u64)>, NodeError> {
+        crate::handoff::hand_off(&self.ctx, &self.leader, tokio::time::Instant::now() + timeout).await
     }
 
     /// Stops serving, stops Raft and releases the data directory. Waits for all of it, so the

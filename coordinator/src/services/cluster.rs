@@ -7,7 +7,7 @@ use cairn_proto::v1::{
     AddLearnerRequest, ClusterStatus, JobRuntime, JobRuntimesReply, JobRuntimesRequest, Member,
     MembershipReply, NodeRequest, Role, StatusRequest,
 };
-use cairn_raft::types::{Node, NodeId, RaftMetrics};
+use cairn_raft::types::{NodeId, RaftMetrics};
 use openraft::ChangeMembers;
 use tonic::{Request, Response, Status};
 
@@ -39,10 +39,7 @@ pub(crate) async fn raft_status(ctx: &ReplicaContext) -> Result<RaftStatus, Node
 }
 
 /// The address of the leader `m` knows of, from the membership.
-pub(crate) fn leader_addr(m: &RaftMetrics) -> Option<String> {
-    m.current_leader
-        .and_then(|l| m.membership_config.membership().get_node(&l).map(|n: &Node| n.addr.clone()))
-}
+pub(crate) use crate::replica::leader_addr;
 
 pub struct ClusterService {
     ctx: ReplicaContext,

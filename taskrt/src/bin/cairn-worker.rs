@@ -125,7 +125,11 @@ async fn serve(config: WorkerConfig) -> anyhow::Result<()> {
 fn init_logging(filter: &str, format: LogFormat) -> anyhow::Result<()> {
     let filter =
         EnvFilter::try_new(filter).with_context(|| format!("--log {filter:?} is not a valid filter"))?;
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        // Colours only on a terminal: a log file or a collector gets plain text.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),

@@ -12,10 +12,6 @@ use crate::error::NodeError;
 use crate::replica::linearizable;
 use crate::services::cluster as shared;
 
-/// How long one election attempt of a leadership transfer may take before it is tried again:
-/// more than a follower's leader lease plus an election.
-const TRANSFER_ATTEMPT: Duration = Duration::from_secs(5);
-
 /// A node this many entries behind the leader (or fewer) counts as caught up.
 const HEALTHY_LAG: u64 = 10;
 
@@ -131,103 +127,9 @@ impl AdminService {
         let timeout =
             if req.timeout_ms == 0 { Duration::from_secs(10) } else { Duration::from_millis(req.timeout_ms) };
         linearizable(&self.ctx).await?;
-        let m = self.ctx.metrics();
-        if m.current_leader == Some(to) {
-            return Ok(pb::TransferLeadershipReply { leader_id: to, term: m.current_term });
-        }
-        let membership = m.membership_config.membership();
-        if !membership.voter_ids().any(|v| v == to) {
-            return Err(NodeError::FailedPrecondition(format!(
-                "node {to} is not a voter; only a voter can lead (promote it first)"
-            )));
-        }
-        let addr = membership
-            .get_node(&to)
-            .map(|n| n.addr.clone())
-            .ok_or_else(|| NodeError::FailedPrecondition(format!("node {to} has no address")))?;
         let deadline = tokio::time::Instant::now() + timeout;
-        let expired = || {
-            NodeError::DeadlineExceeded(format!(
-                "node {to} did not take over leadership within {timeout:?}; the current leader stays"
-            ))
-        };
-        // openraft 0.9 has no transfer primitive, and a follower refuses votes while it still
-        // holds the leader's lease, so one election request may lose: the target's campaign can
-        // end with this replica or a third one leading again. Repeat until the target leads;
-        // when a third replica took over, answer not-leader so the client continues there.
-        // Meanwhile this replica does not campaign itself once it steps down, so the elections
-        // that follow are between the target (which starts them) and at most one other.
-        let _no_campaign = NoCampaign::new(&self.ctx.raft);
-        loop {
-            let m = self.ctx.metrics();
-            if m.current_leader == Some(to) {
-                tracing::info!(from = self.ctx.id, to, term = m.current_term, "leadership transferred");
-                return Ok(pb::TransferLeadershipReply { leader_id: to, term: m.current_term });
-            }
-            if m.current_leader != Some(self.ctx.id) {
-                return Err(NodeError::NotLeader(cairn_proto::leader_hint::LeaderHint {
-                    leader_id: m.current_leader,
-                    leader_addr: shared::leader_addr(&m),
-                }));
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return Err(expired());
-            }
-            // 1. The target has every entry the leader has.
-            let mut rx = self.ctx.raft.metrics();
-            let caught_up = tokio::time::timeout_at(deadline, async {
-                rx.wait_for(|m| {
-                    let last = m.last_log_index;
-                    let matched =
-                        m.replication.as_ref().and_then(|r| r.get(&to)).and_then(|l| l.map(|l| l.index));
-                    last.is_some() && matched == last
-                })
-                .await
-                .map(|m| m.current_term)
-            })
-            .await;
-            let term = match caught_up {
-                Ok(Ok(term)) => term,
-                Ok(Err(_)) => return Err(NodeError::Stopped("raft stopped".into())),
-                Err(_) => return Err(expired()),
-            };
-            // 2. The target starts an election.
-            super::transfer::ask_to_elect(
-                &addr,
-                self.ctx.id,
-                term,
-                deadline,
-                self.ctx.peer_tls.as_ref(),
-                self.ctx.peer_credentials.as_ref(),
-            )
-            .await?;
-            // 3. Someone leads in a later term (or the attempt's time is up): check who.
-            let attempt_end = deadline.min(tokio::time::Instant::now() + TRANSFER_ATTEMPT);
-            let mut rx = self.ctx.raft.metrics();
-            let settled = tokio::time::timeout_at(attempt_end, async {
-                rx.wait_for(|m| m.current_term > term && m.current_leader.is_some()).await.map(|_| ())
-            })
-            .await;
-            if let Ok(Err(_)) = settled {
-                return Err(NodeError::Stopped("raft stopped".into()));
-            }
-        }
-    }
-}
-
-/// Keeps this replica's election timer off while it lives.
-struct NoCampaign<'a>(&'a cairn_raft::types::Raft);
-
-impl<'a> NoCampaign<'a> {
-    fn new(raft: &'a cairn_raft::types::Raft) -> Self {
-        raft.runtime_config().elect(false);
-        Self(raft)
-    }
-}
-
-impl Drop for NoCampaign<'_> {
-    fn drop(&mut self) {
-        self.0.runtime_config().elect(true);
+        let (leader_id, term) = crate::handoff::transfer(&self.ctx, &self.leader, to, deadline).await?;
+        Ok(pb::TransferLeadershipReply { leader_id, term })
     }
 }
 

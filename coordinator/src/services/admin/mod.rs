@@ -22,7 +22,6 @@ mod convert;
 pub mod dedup;
 mod jobs;
 mod savepoints;
-mod transfer;
 
 use cairn_proto::admin as pb;
 use cairn_proto::admin::admin_server::{Admin, AdminServer};

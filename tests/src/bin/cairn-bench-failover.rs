@@ -9,11 +9,14 @@
 //! fails over, as a slow disk would make checkpoints expire), the time from the failover to the
 //! job running again under the default restart strategy (exponential delay; the job completes a
 //! checkpoint between expiries, which resets the backoff, so each failover waits about the
-//! initial backoff of 1 s). p50, p99, max; figures are printed, never asserted.
+//! initial backoff of 1 s). Over S rolling-restart steps (the leader stopped with SIGTERM, so it
+//! hands leadership over first, then started again), the time the stopping leader took to exit
+//! and the gap between the last checkpoint completed before the SIGTERM and the first after
+//! (the interval is 200 ms). p50, p99, max; figures are printed, never asserted.
 //!
 //! ```text
 //! cargo build --release --bins
-//! cargo run --release -p cairn-tests --bin cairn-bench-failover -- [--leader-kills 20] [--worker-kills 5] [--expiries 5]
+//! cargo run --release -p cairn-tests --bin cairn-bench-failover -- [--leader-kills 20] [--worker-kills 5] [--expiries 5] [--leader-stops 10]
 //! ```
 
 use std::time::{Duration, Instant};
@@ -33,6 +36,49 @@ struct Args {
     worker_kills: usize,
     #[arg(long, default_value_t = 5)]
     expiries: usize,
+    /// Rolling-restart steps: the leader stopped with SIGTERM (it hands leadership over), then
+    /// started again.
+    #[arg(long, default_value_t = 10)]
+    leader_stops: usize,
+}
+
+/// Records when the demo job's completed-checkpoint count changes (polled every 5 ms), until
+/// dropped.
+struct CompletionLog {
+    times: std::sync::Arc<std::sync::Mutex<Vec<Instant>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl CompletionLog {
+    fn start(c: &LeaderClient) -> Self {
+        let times = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (mut c, log) = (c.clone(), times.clone());
+        let task = tokio::spawn(async move {
+            let mut last = None;
+            loop {
+                if let Ok(job) = c.get_job("demo").await {
+                    if last.is_some_and(|n| n != job.num_completed) {
+                        log.lock().unwrap_or_else(|e| e.into_inner()).push(Instant::now());
+                    }
+                    last = Some(job.num_completed);
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        });
+        Self { times, task }
+    }
+
+    /// The last completion seen before `t` and the first after it.
+    fn around(&self, t: Instant) -> (Option<Instant>, Option<Instant>) {
+        let times = self.times.lock().unwrap_or_else(|e| e.into_inner());
+        (times.iter().rev().find(|x| **x <= t).copied(), times.iter().find(|x| **x > t).copied())
+    }
+}
+
+impl Drop for CompletionLog {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
 }
 
 /// Sets the demo job's checkpoint timeout through the admin API.
@@ -141,6 +187,40 @@ async fn main() -> anyhow::Result<()> {
     line("leader kill -> all tasks re-attached", &reattached);
     line("leader kill -> first checkpoint completed", &first_cp);
     println!("job attempts after {} leader kills: {attempts} (1 = never restarted)", args.leader_kills);
+
+    // Rolling restart: SIGTERM the leader (it hands over, then exits), start it again.
+    let (mut handoff, mut gaps) = (Histogram::<u64>::new(3)?, Histogram::<u64>::new(3)?);
+    let completions = CompletionLog::start(&c);
+    for i in 0..args.leader_stops {
+        let old = c.status().await?.leader_id;
+        let done = c.get_job("demo").await?.num_completed;
+        until("a checkpoint before the stop", async || {
+            (c.clone().get_job("demo").await.ok()?.num_completed > done).then_some(())
+        })
+        .await?;
+        let node = cluster.nodes.get_mut(&old).ok_or_else(|| anyhow::anyhow!("no leader process"))?;
+        let t0 = Instant::now();
+        let exit = node.terminate(LIMIT)?;
+        anyhow::ensure!(exit.success(), "the leader exited with {exit} after SIGTERM");
+        handoff.record((Instant::now() - t0).as_millis() as u64)?;
+        let (_, t1) = until("a checkpoint after the stop", async || completions.around(t0).1).await?;
+        if let (Some(before), _) = completions.around(t0) {
+            gaps.record((t1 - before).as_millis() as u64)?;
+        }
+        cluster.launch(old)?;
+        until("the restarted replica to catch up", async || {
+            let s = c.clone().status().await.ok()?;
+            let m = s.members.iter().find(|m| m.id == old)?;
+            (m.matched_index? + 5 >= s.last_log_index).then_some(())
+        })
+        .await?;
+        eprintln!("leader stop {}/{}: done", i + 1, args.leader_stops);
+    }
+    drop(completions);
+    line("leader SIGTERM -> process exited (handed over)", &handoff);
+    line("leader SIGTERM: checkpoint gap (interval 200ms)", &gaps);
+    let attempts = c.get_job("demo").await?.attempts;
+    println!("job attempts after {} leader stops too: {attempts} (1 = never restarted)", args.leader_stops);
 
     let mut running = Histogram::<u64>::new(3)?;
     let mut spare = "w2".to_string();

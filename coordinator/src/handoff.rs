@@ -33,23 +33,56 @@ pub async fn hand_off(
     if m.current_leader != Some(ctx.id) {
         return Ok(None);
     }
-    let Some(to) = most_caught_up_voter(&m) else {
+    // Without a quorum that answered lately (the other voters stopped or unreachable) nobody
+    // could win an election: stop at once rather than wait out the deadline.
+    let lease = Duration::from_millis(ctx.raft.config().election_timeout_max);
+    if m.millis_since_quorum_ack.is_none_or(|ms| Duration::from_millis(ms) > lease) {
         return Ok(None);
-    };
-    transfer(ctx, leader, to, deadline).await.map(Some)
+    }
+    // The most caught-up voter first; one that cannot be reached (it stopped too, its matched
+    // index is what it had then) or does not catch up in its share of the time gives way to
+    // the next.
+    let mut candidates = Vec::new();
+    for to in voters_by_progress(&m) {
+        if reachable(ctx, &m, to, deadline).await {
+            candidates.push(to);
+        }
+    }
+    if candidates.is_empty() {
+        tracing::info!("no other voter reachable: nobody to hand leadership over to");
+        return Ok(None);
+    }
+    let mut last_error = None;
+    for (i, to) in candidates.iter().enumerate() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let share = left / u32::try_from(candidates.len() - i).unwrap_or(1);
+        match transfer(ctx, leader, *to, Instant::now() + share).await {
+            Ok(done) => return Ok(Some(done)),
+            Err(e @ (NodeError::NotLeader(_) | NodeError::Stopped(_))) => return Err(e),
+            Err(e) => {
+                tracing::debug!(to, error = %e, "handover: trying the next voter");
+                last_error = Some(e);
+            }
+        }
+    }
+    last_error.map_or(Ok(None), Err)
 }
 
-/// The voter other than the leader with the highest replicated log index (the lowest id among
+/// The voters other than the leader, the most replicated log first (the lowest id among
 /// equals), from the leader's metrics.
-pub fn most_caught_up_voter(m: &RaftMetrics) -> Option<NodeId> {
-    let replication = m.replication.as_ref()?;
-    m.membership_config
+pub fn voters_by_progress(m: &RaftMetrics) -> Vec<NodeId> {
+    let Some(replication) = m.replication.as_ref() else {
+        return Vec::new();
+    };
+    let mut voters: Vec<(Option<u64>, NodeId)> = m
+        .membership_config
         .membership()
         .voter_ids()
         .filter(|v| *v != m.id)
         .map(|v| (replication.get(&v).and_then(|l| l.as_ref().map(|l| l.index)), v))
-        .max_by(|(ia, a), (ib, b)| ia.cmp(ib).then(b.cmp(a)))
-        .map(|(_, v)| v)
+        .collect();
+    voters.sort_by(|(ia, a), (ib, b)| ib.cmp(ia).then(a.cmp(b)));
+    voters.into_iter().map(|(_, v)| v).collect()
 }
 
 /// Makes `to` the leader: waits until it has every entry this leader has, asks it to start an
@@ -119,7 +152,8 @@ pub async fn transfer(
         let caught_up = tokio::time::timeout_at(deadline, async {
             rx.wait_for(|m| {
                 let last = m.last_log_index;
-                let matched = m.replication.as_ref().and_then(|r| r.get(&to)).and_then(|l| l.map(|l| l.index));
+                let matched =
+                    m.replication.as_ref().and_then(|r| r.get(&to)).and_then(|l| l.map(|l| l.index));
                 last.is_some() && matched == last
             })
             .await
@@ -146,9 +180,30 @@ pub async fn transfer(
     }
 }
 
+/// Longest wait for a connection to a voter when looking for a successor (a stopped replica
+/// refuses at once; this bounds an unreachable host).
+const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// Whether a connection to voter `to` can be opened now.
+async fn reachable(ctx: &ReplicaContext, m: &RaftMetrics, to: NodeId, deadline: Instant) -> bool {
+    let Some(addr) = m.membership_config.membership().get_node(&to).map(|n| n.addr.clone()) else {
+        return false;
+    };
+    let Ok(endpoint) = cairn_proto::tls::endpoint(&addr, ctx.peer_tls.as_ref()) else {
+        return false;
+    };
+    let bound = deadline.min(Instant::now() + PROBE_TIMEOUT);
+    matches!(tokio::time::timeout_at(bound, endpoint.connect()).await, Ok(Ok(_)))
+}
+
 /// The internal call of a transfer: asks the replica at `addr` to start an election, as the
 /// leader of `term` (the target checks that it follows exactly that leader and term).
-async fn ask_to_elect(ctx: &ReplicaContext, addr: &str, term: u64, deadline: Instant) -> Result<(), NodeError> {
+async fn ask_to_elect(
+    ctx: &ReplicaContext,
+    addr: &str,
+    term: u64,
+    deadline: Instant,
+) -> Result<(), NodeError> {
     let unreachable = |e: String| NodeError::FailedPrecondition(format!("cannot reach node at {addr}: {e}"));
     let endpoint =
         cairn_proto::tls::endpoint(addr, ctx.peer_tls.as_ref()).map_err(|e| unreachable(e.to_string()))?;
@@ -159,7 +214,10 @@ async fn ask_to_elect(ctx: &ReplicaContext, addr: &str, term: u64, deadline: Ins
             c.apply(&mut request);
         }
         RaftClient::new(channel).trigger_election(request).await.map_err(|s| {
-            NodeError::FailedPrecondition(format!("node at {addr} refused to start an election: {}", s.message()))
+            NodeError::FailedPrecondition(format!(
+                "node at {addr} refused to start an election: {}",
+                s.message()
+            ))
         })
     };
     match tokio::time::timeout_at(deadline, call).await {
@@ -181,5 +239,51 @@ impl<'a> NoCampaign<'a> {
 impl Drop for NoCampaign<'_> {
     fn drop(&mut self) {
         self.0.runtime_config().elect(true);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeMap, BTreeSet};
+    use std::sync::Arc;
+
+    use cairn_raft::types::{LogId, StoredMembership};
+    use openraft::{CommittedLeaderId, Membership};
+
+    use super::*;
+
+    fn log_id(index: u64) -> LogId {
+        LogId::new(CommittedLeaderId::new(1, 1), index)
+    }
+
+    fn leader_of(voters: &[u64], learners: &[u64], matched: &[(u64, Option<u64>)]) -> RaftMetrics {
+        let mut m = RaftMetrics::new_initial(1);
+        let all: BTreeSet<u64> = voters.iter().chain(learners).copied().collect();
+        let nodes: BTreeMap<u64, cairn_raft::types::Node> =
+            all.iter().map(|id| (*id, cairn_raft::types::Node::new(format!("127.0.0.1:{id}")))).collect();
+        let membership = Membership::new(vec![voters.iter().copied().collect()], nodes);
+        m.membership_config = Arc::new(StoredMembership::new(Some(log_id(1)), membership));
+        m.replication = Some(matched.iter().map(|(id, index)| (*id, index.map(log_id))).collect());
+        m
+    }
+
+    #[test]
+    fn successors_are_voters_most_replicated_first() {
+        let m = leader_of(&[1, 2, 3, 4], &[5], &[(2, Some(7)), (3, Some(9)), (4, None), (5, Some(10))]);
+        // The learner never leads; the leader is not its own successor; unknown progress last.
+        assert_eq!(voters_by_progress(&m), vec![3, 2, 4]);
+    }
+
+    #[test]
+    fn equally_replicated_voters_go_by_id() {
+        let m = leader_of(&[1, 2, 3], &[], &[(3, Some(4)), (2, Some(4))]);
+        assert_eq!(voters_by_progress(&m), vec![2, 3]);
+    }
+
+    #[test]
+    fn a_replica_that_is_not_leading_names_no_successor() {
+        let mut m = leader_of(&[1, 2, 3], &[], &[]);
+        m.replication = None;
+        assert!(voters_by_progress(&m).is_empty());
     }
 }

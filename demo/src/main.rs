@@ -61,7 +61,8 @@ async fn main() -> anyhow::Result<()> {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         // Colours only on a terminal: a log file or a collector gets plain text.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).init();
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
 
     // Handlers first: Ctrl-C during start-up still stops everything cleanly.
     let mut signals = ShutdownSignals::install().context("installing the SIGTERM/SIGINT handlers")?;

@@ -167,7 +167,12 @@ async fn rolling_restart_hands_leadership_over_and_no_task_restarts() -> anyhow:
             if was_leader {
                 // The leader named its successor before it exited, and that successor still
                 // leads in the term it was elected in: nobody waited out an election timeout.
-                assert_eq!(handed.len(), 1, "leader {id} stopped without handing over:\n{}", cluster.logs(40));
+                assert_eq!(
+                    handed.len(),
+                    1,
+                    "leader {id} stopped without handing over:\n{}",
+                    cluster.logs(40)
+                );
                 let now = c.status().await?;
                 assert_ne!(now.leader_id, id);
                 let named = format!("leader={} term={}", now.leader_id, now.term);
@@ -181,6 +186,46 @@ async fn rolling_restart_hands_leadership_over_and_no_task_restarts() -> anyhow:
         let job = c.get_job("demo").await?;
         assert_eq!(job.attempts, 1, "the tasks were restarted ({} attempts)", job.attempts);
         exactly_once(output.clone()).await
+    }
+    .await;
+    with_logs(&cluster, result)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stopping_every_replica_leader_first_hands_over_while_a_quorum_is_left() -> anyhow::Result<()> {
+    let Scenario { mut cluster, client, .. } = scenario("8s").await?;
+    let mut c = client.clone();
+    let result: anyhow::Result<()> = async {
+        completions(&client, 0, 1, &mut 0).await?;
+        let mut stopped = Vec::new();
+        for _ in 0..3 {
+            // The current leader (the last one standing has no followers left to ask).
+            let leader = match stopped.len() {
+                2 => *cluster
+                    .nodes
+                    .keys()
+                    .find(|id| !stopped.contains(*id))
+                    .ok_or_else(|| anyhow::anyhow!("none left"))?,
+                _ => c.status().await?.leader_id,
+            };
+            let node =
+                cluster.nodes.get_mut(&leader).ok_or_else(|| anyhow::anyhow!("no process for {leader}"))?;
+            let exit = node.terminate(T)?;
+            assert!(exit.success(), "replica {leader} exited with {exit}");
+            stopped.push(leader);
+            let log = cluster.node_log_text(leader);
+            let handed = log.contains("leadership handed over");
+            // Two voters left (a quorum): the leader hands over. One left: nobody could win.
+            assert_eq!(
+                handed,
+                stopped.len() < 3,
+                "replica {leader} (stop {}):\n{}",
+                stopped.len(),
+                cluster.logs(30)
+            );
+            assert!(!log.contains("could not hand leadership over"), "{}", cluster.logs(30));
+        }
+        Ok(())
     }
     .await;
     with_logs(&cluster, result)

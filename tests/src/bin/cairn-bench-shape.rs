@@ -139,7 +139,8 @@ async fn run(args: &Args, p: u32) -> anyhow::Result<()> {
         max_parallelism: 128.max(p),
     }
     .graph();
-    let spec = serde_json::json!({ "graph": graph, "checkpoint": { "interval": args.interval, "timeout": "60s" } });
+    let spec =
+        serde_json::json!({ "graph": graph, "checkpoint": { "interval": args.interval, "timeout": "60s" } });
     c.register_job(JOB, &spec.to_string()).await?;
     let start = Instant::now();
     while completed(&mut c).await.unwrap_or(0) < args.warmup {
@@ -147,7 +148,8 @@ async fn run(args: &Args, p: u32) -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let first = overview(&mut c).await?.latest_completed.map_or(0, |s| s.id);
-    let (mut e2e, mut size, mut breakdown) = (Histogram::<u64>::new(3)?, Histogram::<u64>::new(3)?, Breakdown::default());
+    let (mut e2e, mut size, mut breakdown) =
+        (Histogram::<u64>::new(3)?, Histogram::<u64>::new(3)?, Breakdown::default());
     let (mut seen, mut failed) = (BTreeSet::new(), 0usize);
     let mut last_progress = Instant::now();
     while seen.len() < args.checkpoints {

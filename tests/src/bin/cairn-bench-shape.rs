@@ -4,7 +4,8 @@
 //! (a fresh cluster each), after a warm-up it follows the next N completed checkpoints and
 //! prints their end-to-end duration (p50/p90/p99/max) and the per-subtask breakdown Flink's web
 //! UI shows: synchronous part, asynchronous part, alignment, start delay (per vertex, over every
-//! subtask of every checkpoint), plus state size. The same job shape runs on Flink 2.3 with
+//! subtask of every checkpoint), plus state size, and how often the leader changed meanwhile
+//! (`--parallelism 16 --checkpoints 600` is a 10-minute run at full load). The same job shape runs on Flink 2.3 with
 //! `../shared/peers/flink/` (`scripts/measure_standalone.py`); compare the two in one run.
 //! Figures are printed, never asserted.
 //!
@@ -152,9 +153,17 @@ async fn run(args: &Args, p: u32) -> anyhow::Result<()> {
         (Histogram::<u64>::new(3)?, Histogram::<u64>::new(3)?, Breakdown::default());
     let (mut seen, mut failed) = (BTreeSet::new(), 0usize);
     let mut last_progress = Instant::now();
+    let measured_from = Instant::now();
+    let first_status = c.status().await?;
+    let (mut leader, mut leader_changes) = ((first_status.leader_id, first_status.term), 0u64);
     while seen.len() < args.checkpoints {
         anyhow::ensure!(last_progress.elapsed() < LIMIT, "no checkpoint completed for {LIMIT:?}");
         tokio::time::sleep(Duration::from_millis(500)).await;
+        let status = c.status().await?;
+        if (status.leader_id, status.term) != leader {
+            leader_changes += 1;
+            leader = (status.leader_id, status.term);
+        }
         let view = overview(&mut c).await?;
         for s in view.history.iter().filter(|s| s.id > first && s.kind == "checkpoint") {
             if seen.len() >= args.checkpoints || seen.contains(&s.id) {
@@ -185,6 +194,12 @@ async fn run(args: &Args, p: u32) -> anyhow::Result<()> {
         job.attempts,
     );
     breakdown.print();
+    println!(
+        "  leader changes while measuring: {leader_changes} in {:.0} s (term {} -> {})",
+        measured_from.elapsed().as_secs_f64(),
+        first_status.term,
+        leader.1
+    );
     Ok(())
 }
 

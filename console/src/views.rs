@@ -273,9 +273,11 @@ pub fn workers(v: &WorkersView) -> Markup {
     }
 }
 
-fn checkpoint_row(job: &str, c: &Checkpoint) -> Markup {
+/// One checkpoint as a table row, after a heading cell when `label` is given.
+fn checkpoint_row(job: &str, c: &Checkpoint, label: Option<&str>) -> Markup {
     html! {
         tr data-checkpoint=(c.id) {
+            @if let Some(l) = label { th { (l) } }
             td { a href=(format!("/jobs/{job}/checkpoints/{}", c.id)) { "#" (c.id) } }
             td { (c.kind) }
             td { (badge(&c.status)) }
@@ -323,7 +325,7 @@ pub fn checkpoints(v: &CheckpointsView) -> Markup {
             thead { tr { th { "" } @for h in HISTORY_HEAD { th { (h) } } } }
             tbody {
                 @for (label, c) in [("completed", &v.latest_completed), ("savepoint", &v.latest_savepoint), ("failed", &v.latest_failed)] {
-                    @if let Some(c) = c { tr.latest { th { (label) } } (checkpoint_row(job, c)) }
+                    @if let Some(c) = c { (checkpoint_row(job, c, Some(label))) }
                 }
             }
         }
@@ -371,7 +373,7 @@ pub fn checkpoints(v: &CheckpointsView) -> Markup {
         h2 { "History" }
         table #history {
             thead { tr { @for h in HISTORY_HEAD { th { (h) } } } }
-            tbody { @for c in &v.history { (checkpoint_row(job, c)) } }
+            tbody { @for c in &v.history { (checkpoint_row(job, c, None)) } }
         }
     }
 }

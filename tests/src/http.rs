@@ -84,8 +84,27 @@ impl Request {
     async fn exchange(&self, addr: SocketAddr) -> anyhow::Result<Answer> {
         let mut stream = TcpStream::connect(addr).await?;
         stream.write_all(self.encode(addr).as_bytes()).await?;
+        // Read to the end of the body: its content-length when given (a server may keep the
+        // connection open regardless), else until the server closes.
         let mut raw = Vec::new();
-        stream.read_to_end(&mut raw).await?;
+        let mut chunk = vec![0u8; 64 * 1024];
+        loop {
+            if let Some(end) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&raw[..end]).to_ascii_lowercase();
+                let length = head
+                    .split("\r\n")
+                    .filter_map(|l| l.strip_prefix("content-length:"))
+                    .find_map(|v| v.trim().parse::<usize>().ok());
+                if length.is_some_and(|n| raw.len() >= end + 4 + n) {
+                    break;
+                }
+            }
+            let n = stream.read(&mut chunk).await?;
+            if n == 0 {
+                break;
+            }
+            raw.extend_from_slice(&chunk[..n]);
+        }
         parse(&raw)
     }
 }

@@ -1,5 +1,6 @@
 //! `cairn-tests`: harnesses for testing Cairn as a whole.
 //!
+//! - [`cdp`]: headless Chromium over the DevTools protocol (the console's browser suite).
 //! - [`chaos`]: the container chaos suite behind `cairn-chaos` (schedule, nemesis, history,
 //!   invariants, report).
 //! - [`ctl`]: the real `cairnctl` binary, run as an operator would.
@@ -12,6 +13,7 @@
 //!
 //! The test suites live in `tests/tests/`; the benchmarks in `tests/src/bin/`.
 
+pub mod cdp;
 pub mod chaos;
 pub mod ctl;
 pub mod etcd;

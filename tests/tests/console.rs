@@ -2,7 +2,7 @@
 //! renders the cluster's real figures (also on a follower, which reads through the leader),
 //! actions need the admin token and change nothing without it, bad input gets a precise 4xx,
 //! actions apply once per request id, and views can be made to need the token (login cookie,
-//! same-origin check).
+//! same-origin check). The `cairn` binary serves it on `console_listen`, on every replica.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -16,6 +16,7 @@ use cairn_taskrt::demo::source::SourceConfig as DemoSource;
 use cairn_taskrt::worker::Worker;
 use cairn_tests::http::{get, post_form};
 use cairn_tests::inproc::{InProcCluster, test_timing};
+use cairn_tests::procs::{ProcCluster, ProcOptions, failover_args};
 use cairn_tests::{init_test_logging, wait};
 
 const T: Duration = Duration::from_secs(60);
@@ -433,5 +434,54 @@ async fn views_need_the_token_when_configured_so() -> anyhow::Result<()> {
 
     console.shutdown().await;
     cluster.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cairn_binary_serves_the_console_on_console_listen() -> anyhow::Result<()> {
+    init_test_logging();
+    let options = ProcOptions { console: true, ..ProcOptions::default() };
+    let cluster = ProcCluster::start_with_options(
+        3,
+        &failover_args("8s").iter().map(String::as_str).collect::<Vec<_>>(),
+        options,
+    )?;
+    let mut c = cluster.client()?;
+    let leader = wait::until("a leader", T, || {
+        let mut c = c.clone();
+        async move { c.status().await.ok().map(|s| s.leader_id).filter(|l| *l > 0) }
+    })
+    .await?;
+    c.register_job("bin-job", "").await?;
+    for (id, node) in &cluster.nodes {
+        let at: SocketAddr =
+            node.console_addr.as_deref().ok_or_else(|| anyhow::anyhow!("no console"))?.parse()?;
+        // Each replica's console, the followers' through the leader, shows the same cluster.
+        let v = wait::until(&format!("node {id}'s console"), T, || async {
+            let v = get("/api/cluster").send(at).await.ok()?.json().ok()?;
+            (v["leader_id"] == leader && v["nodes"].as_array().map(Vec::len) == Some(3)).then_some(v)
+        })
+        .await?;
+        assert_eq!(v["leader_id"], leader);
+        let jobs = get("/api/jobs").send(at).await?.json()?;
+        assert_eq!(jobs["jobs"][0]["job_id"], "bin-job", "node {id}: {jobs}");
+        // Actions need the token here too; with it, they act.
+        let fields = [("confirm", "yes"), ("request_id", "bin-cancel-1")];
+        let r = post_form("/api/jobs/bin-job/actions/cancel", &fields).send(at).await?;
+        assert_eq!(r.status, 401, "node {id}: {}", r.body);
+    }
+    let at: SocketAddr = cluster
+        .nodes
+        .values()
+        .find(|n| n.id != leader)
+        .and_then(|n| n.console_addr.as_deref())
+        .ok_or_else(|| anyhow::anyhow!("no follower console"))?
+        .parse()?;
+    let fields = [("confirm", "yes"), ("request_id", "bin-cancel-1")];
+    let r =
+        post_form("/api/jobs/bin-job/actions/cancel", &fields).bearer(cluster.admin_token()).send(at).await?;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let job = c.get_job("bin-job").await?;
+    assert!(job.status.contains("cancel"), "{job:?}");
     Ok(())
 }

@@ -29,7 +29,7 @@ use crate::views::{self, Nav};
 /// Header the live-update script sends to get only a page's `<main>`.
 pub const FRAGMENT_HEADER: &str = "x-cairn-fragment";
 /// Job details read at once by the workers view.
-const PARALLEL_READS: usize = 8;
+const PARALLEL_READS: usize = 32;
 
 /// What every handler shares.
 pub struct AppState {

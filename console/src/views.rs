@@ -297,8 +297,9 @@ const HISTORY_HEAD: [&str; 9] =
 pub fn checkpoints(v: &CheckpointsView) -> Markup {
     let job = v.job_id.as_str();
     let completed = v.completed_oldest_first();
-    let durations: Vec<Point> = completed.iter().map(|c| Point { id: c.id, value: c.duration_ms }).collect();
-    let sizes: Vec<Point> = completed.iter().map(|c| Point { id: c.id, value: c.state_size }).collect();
+    let point = |c: &&Checkpoint, value| Point { id: c.id, at_ms: c.trigger_time_ms, value };
+    let durations: Vec<Point> = completed.iter().map(|c| point(c, c.duration_ms)).collect();
+    let sizes: Vec<Point> = completed.iter().map(|c| point(c, c.state_size)).collect();
     let c = &v.counts;
     html! {
         h1 { "Job " (job) " · checkpoints" }

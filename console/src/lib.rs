@@ -30,9 +30,11 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
+use tokio::task::{JoinHandle, JoinSet};
 
 pub use source::SourceConfig;
 
@@ -40,6 +42,12 @@ pub use source::SourceConfig;
 pub const DEFAULT_REFRESH: Duration = Duration::from_secs(1);
 /// How long shutting down waits for requests in progress.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+/// Connections served at once (a browser opens a few); more are closed right after accepting.
+const MAX_CONNECTIONS: usize = 256;
+/// Bound on receiving a request head (also closes idle keep-alive connections).
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Pause after a failed `accept` (e.g. out of file descriptors) before trying again.
+const ACCEPT_RETRY: Duration = Duration::from_millis(100);
 
 /// Why the console could not start.
 #[derive(Debug, thiserror::Error)]
@@ -73,7 +81,7 @@ pub async fn bind(addr: &str) -> Result<TcpListener, ConsoleError> {
 pub struct Console {
     addr: SocketAddr,
     stop: oneshot::Sender<()>,
-    server: JoinHandle<std::io::Result<()>>,
+    server: JoinHandle<()>,
     observer: JoinHandle<()>,
 }
 
@@ -87,13 +95,7 @@ impl Console {
         let (cluster, observer) = observer::spawn(source.clone(), config.refresh);
         let app = Arc::new(server::AppState { source, cluster, gate });
         let (stop, stopped) = oneshot::channel::<()>();
-        let server = tokio::spawn(
-            axum::serve(listener, server::router(app))
-                .with_graceful_shutdown(async move {
-                    let _ = stopped.await;
-                })
-                .into_future(),
-        );
+        let server = tokio::spawn(serve(listener, server::router(app), stopped));
         tracing::info!(%addr, views_need_token = config.views_need_token, "console serving");
         Ok(Self { addr, stop, server, observer })
     }
@@ -112,16 +114,69 @@ impl Console {
         let _ = self.stop.send(());
         self.observer.abort();
         let _ = self.observer.await;
-        let mut server = self.server;
-        match tokio::time::timeout(SHUTDOWN_GRACE, &mut server).await {
-            Ok(Ok(Ok(()))) => {}
-            Ok(Ok(Err(e))) => tracing::warn!(error = %e, "console server ended with an error"),
-            Ok(Err(e)) => tracing::warn!(error = %e, "console server task failed"),
-            Err(_) => {
-                server.abort();
-                tracing::warn!("console requests still open after {SHUTDOWN_GRACE:?}; closed");
-            }
+        if let Err(e) = self.server.await {
+            tracing::warn!(error = %e, "console server task failed");
         }
         tracing::info!(addr = %self.addr, "console stopped");
+    }
+}
+
+/// Accepts connections until `stopped`, each served by its own task (HTTP/1.1); then closes idle
+/// connections, gives the requests in progress [`SHUTDOWN_GRACE`] to finish and closes the rest.
+async fn serve(listener: TcpListener, router: axum::Router, mut stopped: oneshot::Receiver<()>) {
+    let mut connections = JoinSet::new();
+    let (closing, closing_rx) = tokio::sync::watch::channel(false);
+    loop {
+        tokio::select! {
+            biased;
+            _ = &mut stopped => break,
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    if connections.len() >= MAX_CONNECTIONS {
+                        tracing::debug!(%peer, "too many console connections; closing this one");
+                        continue;
+                    }
+                    let _ = stream.set_nodelay(true);
+                    let service = TowerToHyperService::new(router.clone());
+                    let mut closing = closing_rx.clone();
+                    connections.spawn(async move {
+                        let conn = hyper::server::conn::http1::Builder::new()
+                            .timer(TokioTimer::new())
+                            .header_read_timeout(HEADER_READ_TIMEOUT)
+                            .serve_connection(TokioIo::new(stream), service);
+                        tokio::pin!(conn);
+                        let served = tokio::select! {
+                            r = conn.as_mut() => r,
+                            () = async { let _ = closing.wait_for(|c| *c).await; } => {
+                                // Finish the request in progress, if any, then close.
+                                conn.as_mut().graceful_shutdown();
+                                conn.await
+                            }
+                        };
+                        if let Err(e) = served {
+                            tracing::debug!(%peer, error = %e, "console connection ended with an error");
+                        }
+                    });
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot accept a console connection");
+                    tokio::time::sleep(ACCEPT_RETRY).await;
+                }
+            },
+        }
+    }
+    drop(listener);
+    let _ = closing.send(true);
+    let drained =
+        tokio::time::timeout(SHUTDOWN_GRACE, async { while connections.join_next().await.is_some() {} })
+            .await;
+    if drained.is_err() {
+        tracing::warn!(
+            open = connections.len(),
+            "console connections still open after {SHUTDOWN_GRACE:?}; closed"
+        );
+        connections.abort_all();
+        while connections.join_next().await.is_some() {}
     }
 }

@@ -117,6 +117,10 @@ pub struct NodeConfig {
     pub incremental_checkpoints: bool,
     /// `host:port` of the Prometheus `/metrics` endpoint; none when unset.
     pub metrics_listen: Option<String>,
+    /// `host:port` of the web console (cluster, jobs, checkpoints, actions); none when unset.
+    pub console_listen: Option<String>,
+    /// Whether the console's read-only views need the admin token too (its actions always do).
+    pub console_views_need_token: bool,
     pub raft: RaftTiming,
     pub workers: WorkerTiming,
     /// The restart strategy of jobs whose spec names none (`[restart_strategy]`, Flink's names:
@@ -160,6 +164,8 @@ impl Default for NodeConfig {
             checkpoint_dir: None,
             incremental_checkpoints: false,
             metrics_listen: None,
+            console_listen: None,
+            console_views_need_token: false,
             raft: RaftTiming::default(),
             workers: WorkerTiming::default(),
             restart_strategy: None,
@@ -245,6 +251,9 @@ impl NodeConfig {
         check_host_port("advertise", self.advertise_addr())?;
         if let Some(addr) = &self.metrics_listen {
             check_host_port("metrics_listen", addr)?;
+        }
+        if let Some(addr) = &self.console_listen {
+            check_host_port("console_listen", addr)?;
         }
         if self.data_dir.as_ref().is_some_and(|d| d.as_os_str().is_empty()) {
             return Err(invalid("data_dir", "must not be empty"));
@@ -676,6 +685,19 @@ mod tests {
         let c = NodeConfig { worker_token_file: Some("../tokens".into()), ..Default::default() };
         assert!(c.validate().unwrap_err().to_string().starts_with("`worker_token_file`"));
         NodeConfig { data_dir: Some("relative/is/fine".into()), ..Default::default() }.validate().unwrap();
+    }
+
+    #[test]
+    fn console_listen_is_off_by_default_and_validated() {
+        assert_eq!(NodeConfig::default().console_listen, None);
+        assert!(!NodeConfig::default().console_views_need_token);
+        let c: NodeConfig =
+            toml::from_str("console_listen = \"127.0.0.1:7480\"\nconsole_views_need_token = true").unwrap();
+        assert_eq!(c.console_listen.as_deref(), Some("127.0.0.1:7480"));
+        assert!(c.console_views_need_token);
+        let bad = NodeConfig { console_listen: Some("7480".into()), ..Default::default() };
+        let err = bad.validate().unwrap_err().to_string();
+        assert!(err.starts_with("`console_listen`") && err.contains("host:port"), "{err}");
     }
 
     #[test]

@@ -124,6 +124,8 @@ fn node_config() -> impl Strategy<Value = NodeConfig> {
                 checkpoint_dir,
                 incremental_checkpoints,
                 metrics_listen,
+                console_listen: None,
+                console_views_need_token: false,
                 raft,
                 workers,
                 restart_strategy,

@@ -38,6 +38,9 @@ struct Args {
     /// Replica i listens on base_port + i (i = 1, 2, 3).
     #[arg(long, default_value_t = 7400)]
     base_port: u16,
+    /// Replica i serves the web console on console_base_port + i (i = 1, 2, 3).
+    #[arg(long, default_value_t = 7480)]
+    console_base_port: u16,
     /// Checkpoint interval of the demo job.
     #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
     interval: Duration,
@@ -103,6 +106,23 @@ async fn main() -> anyhow::Result<()> {
         };
         replicas.push(Replica::start(config, listener).await?);
     }
+    // Every replica serves the console; a follower's reads and actions go through the leader.
+    let mut consoles = Vec::new();
+    for p in &peers {
+        let addr = format!("127.0.0.1:{}", args.console_base_port as u64 + p.id);
+        let listener =
+            cairn_console::bind(&addr).await.context("pick other ports with --console-base-port")?;
+        let config = cairn_console::ConsoleConfig {
+            source: cairn_console::SourceConfig {
+                endpoints: vec![p.addr.clone()],
+                token: token.expose().to_owned(),
+                tls: None,
+            },
+            views_need_token: false,
+            refresh: cairn_console::DEFAULT_REFRESH,
+        };
+        consoles.push(cairn_console::Console::start(listener, config)?);
+    }
     let endpoints: Vec<String> = peers.iter().map(|p| p.addr.clone()).collect();
     println!("cairn-demo: 3 replicas on {} (data in {})", endpoints.join(", "), root.display());
     println!(
@@ -110,6 +130,14 @@ async fn main() -> anyhow::Result<()> {
         endpoints.join(","),
         token_file.display()
     );
+    let urls: Vec<String> = consoles.iter().map(|c| c.url()).collect();
+    if let Some((first, others)) = urls.split_first() {
+        println!(
+            "cairn-demo: web console: {first} (also served by the other replicas: {}; log in with the token in {})",
+            others.join(", "),
+            token_file.display()
+        );
+    }
 
     let worker = Worker::start(WorkerConfig {
         worker_id: Some("demo-worker".into()),
@@ -131,7 +159,12 @@ async fn main() -> anyhow::Result<()> {
     .graph();
     let spec = serde_json::json!({
         "graph": graph,
-        "checkpoint": { "interval": humantime::format_duration(args.interval).to_string(), "retained": 3 },
+        "checkpoint": {
+            "interval": humantime::format_duration(args.interval).to_string(),
+            "retained": 3,
+            // Savepoints (cairnctl or the console) go beside the checkpoints by default.
+            "savepoint_dir": root.join("savepoints").display().to_string(),
+        },
     });
     match client.register_job("demo", &spec.to_string()).await {
         Ok(_) => println!(
@@ -169,6 +202,9 @@ async fn main() -> anyhow::Result<()> {
     }
 
     println!("cairn-demo: stopping");
+    for c in consoles {
+        c.shutdown().await;
+    }
     // Replicas first: they suspend the job (nothing is restarted or deleted), then the worker
     // stops its tasks. A later run resumes from the latest checkpoint.
     for r in replicas {

@@ -94,6 +94,8 @@ impl InProcCluster {
             checkpoint_dir: Some(self.checkpoint_dir()),
             incremental_checkpoints: false,
             metrics_listen: None,
+            console_listen: None,
+            console_views_need_token: false,
             raft: self.timing.clone(),
             workers: test_worker_timing(),
             restart_strategy: None,

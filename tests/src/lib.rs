@@ -1,8 +1,10 @@
 //! `cairn-tests`: harnesses for testing Cairn as a whole.
 //!
+//! - [`cdp`]: headless Chromium over the DevTools protocol (the console's browser suite).
 //! - [`chaos`]: the container chaos suite behind `cairn-chaos` (schedule, nemesis, history,
 //!   invariants, report).
 //! - [`ctl`]: the real `cairnctl` binary, run as an operator would.
+//! - [`http`]: a minimal HTTP/1.1 client for the web console's tests and benchmark.
 //! - [`wait`]: bounded polling for a condition (tests never sleep to assert).
 //! - [`inproc`]: several replicas in one process, each on its own port-0 listener and temp dir,
 //!   stoppable and restartable from their data directories.
@@ -11,9 +13,11 @@
 //!
 //! The test suites live in `tests/tests/`; the benchmarks in `tests/src/bin/`.
 
+pub mod cdp;
 pub mod chaos;
 pub mod ctl;
 pub mod etcd;
+pub mod http;
 pub mod inproc;
 pub mod procs;
 pub mod scripted;

@@ -100,6 +100,8 @@ pub struct CairnProcess {
     pub addr: String,
     /// Where the process serves `/metrics` (`--metrics-listen`), when it does.
     pub metrics_addr: Option<String>,
+    /// Where the replica serves the web console (`--console-listen`), when it does.
+    pub console_addr: Option<String>,
     child: Option<Child>,
 }
 
@@ -176,6 +178,8 @@ pub struct ProcOptions {
     /// token file), so that each worker id is bound to its token; empty: one token shared by
     /// every worker.
     pub worker_ids: Vec<String>,
+    /// Every replica also serves the web console on a free port of its own.
+    pub console: bool,
 }
 
 /// A cluster of `cairn` processes, and `cairn-worker` processes attached to it.
@@ -216,7 +220,7 @@ impl ProcCluster {
 
     /// Starts `n` replicas with the given extra flags, laid out as `options` says.
     pub fn start_with_options(n: u64, extra_args: &[&str], options: ProcOptions) -> anyhow::Result<Self> {
-        let ProcOptions { metrics, data_dirs, worker_ids } = options;
+        let ProcOptions { metrics, data_dirs, worker_ids, console } = options;
         let binary = binary("cairn")?;
         let root = tempfile::tempdir()?;
         let mut addrs = BTreeMap::new();
@@ -226,7 +230,9 @@ impl ProcCluster {
         let peers = addrs.iter().map(|(id, a)| format!("{id}={a}")).collect::<Vec<_>>().join(",");
         let nodes = addrs
             .into_iter()
-            .map(|(id, addr)| (id, CairnProcess { id, addr, metrics_addr: None, child: None }))
+            .map(|(id, addr)| {
+                (id, CairnProcess { id, addr, metrics_addr: None, console_addr: None, child: None })
+            })
             .collect();
         let token = AdminToken::generate().expose().to_owned();
         let token_file = root.path().join("admin-token");
@@ -261,6 +267,11 @@ impl ProcCluster {
         if metrics {
             for node in c.nodes.values_mut() {
                 node.metrics_addr = Some(format!("127.0.0.1:{}", free_port()?));
+            }
+        }
+        if console {
+            for node in c.nodes.values_mut() {
+                node.console_addr = Some(format!("127.0.0.1:{}", free_port()?));
             }
         }
         for id in 1..=n {
@@ -338,6 +349,7 @@ impl ProcCluster {
             .arg(&self.worker_token_file)
             .args(&self.extra_args)
             .args(node.metrics_addr.iter().flat_map(|m| ["--metrics-listen", m.as_str()]))
+            .args(node.console_addr.iter().flat_map(|c| ["--console-listen", c.as_str()]))
             .env("CAIRN_LOG", "info,openraft=off")
             .env_remove("CAIRN_CONFIG")
             .env_remove("CAIRN_ADMIN_TOKEN")
@@ -390,7 +402,13 @@ impl ProcCluster {
             .spawn()?;
         self.workers.insert(
             name.to_owned(),
-            CairnProcess { id: 0, addr: String::new(), metrics_addr: metrics, child: Some(child) },
+            CairnProcess {
+                id: 0,
+                addr: String::new(),
+                metrics_addr: metrics,
+                console_addr: None,
+                child: Some(child),
+            },
         );
         Ok(())
     }

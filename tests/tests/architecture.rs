@@ -89,6 +89,10 @@ fn crates_depend_only_on_what_the_architecture_allows() {
             "cairn-ctl",
             &["cairn-coordinator", "cairn-taskrt", "cairn-raft", "cairn-storage", "openraft", "sled"],
         ),
+        (
+            "cairn-console",
+            &["cairn-coordinator", "cairn-taskrt", "cairn-raft", "cairn-storage", "openraft", "sled"],
+        ),
     ];
     for (name, forbidden) in rules {
         assert!(members.contains_key(*name), "{name} is not a workspace member");

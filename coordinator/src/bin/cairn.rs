@@ -62,6 +62,12 @@ struct Cli {
     /// Serve Prometheus metrics on GET /metrics at this host:port (default: off).
     #[arg(long, env = "CAIRN_METRICS_LISTEN")]
     metrics_listen: Option<String>,
+    /// Serve the web console at this host:port (default: off).
+    #[arg(long, env = "CAIRN_CONSOLE_LISTEN")]
+    console_listen: Option<String>,
+    /// The console's read-only views need the admin token too (its actions always do).
+    #[arg(long, env = "CAIRN_CONSOLE_VIEWS_NEED_TOKEN")]
+    console_views_need_token: bool,
     /// Heartbeat interval on the task gateway, e.g. `500ms`.
     #[arg(long, env = "CAIRN_WORKER_HEARTBEAT_INTERVAL", value_parser = humantime::parse_duration)]
     worker_heartbeat_interval: Option<Duration>,
@@ -156,6 +162,12 @@ fn build_config(cli: &Cli) -> anyhow::Result<NodeConfig> {
     if let Some(v) = &cli.metrics_listen {
         c.metrics_listen = Some(v.trim().to_owned());
     }
+    if let Some(v) = &cli.console_listen {
+        c.console_listen = Some(v.trim().to_owned());
+    }
+    if cli.console_views_need_token {
+        c.console_views_need_token = true;
+    }
     if let Some(v) = cli.worker_heartbeat_interval {
         c.workers.heartbeat_interval = v;
     }
@@ -200,6 +212,40 @@ fn build_config(cli: &Cli) -> anyhow::Result<NodeConfig> {
     Ok(c)
 }
 
+/// What the console needs from the replica's configuration; the admin token is read by
+/// [`PendingConsole::resolve`] once the replica has started.
+struct PendingConsole {
+    config: NodeConfig,
+    tls: Option<cairn_proto::tls::ClientTls>,
+}
+
+impl PendingConsole {
+    fn resolve(self) -> anyhow::Result<cairn_console::ConsoleConfig> {
+        let token = self.config.resolve_admin_token()?;
+        Ok(cairn_console::ConsoleConfig {
+            // The replica's own address: a follower answers with the leader's, which is followed.
+            source: cairn_console::SourceConfig {
+                endpoints: vec![self.config.advertise_addr().to_owned()],
+                token: token.expose().to_owned(),
+                tls: self.tls,
+            },
+            views_need_token: self.config.console_views_need_token,
+            refresh: cairn_console::DEFAULT_REFRESH,
+        })
+    }
+}
+
+fn console_config(config: &NodeConfig) -> anyhow::Result<PendingConsole> {
+    // With TLS the console reaches the admin API as the replica does its peers.
+    let tls = match &config.tls {
+        Some(files) if config.console_listen.is_some() => {
+            Some(files.load_client().context("console: loading the TLS client identity")?)
+        }
+        _ => None,
+    };
+    Ok(PendingConsole { config: config.clone(), tls })
+}
+
 /// `none`, `fixed-delay`, `failure-rate` or `exponential-delay`, with Flink's defaults.
 fn parse_restart_strategy(s: &str) -> Result<cairn_protocol::restart::RestartStrategy, String> {
     serde_json::from_value(serde_json::json!({ "type": s.trim() })).map_err(|_| {
@@ -240,7 +286,20 @@ async fn main() -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen on {} (is another replica running there?)", config.listen))?;
     let metrics_listener = cairn_process::metrics::bind(config.metrics_listen.as_deref()).await?;
+    let console_listener = match config.console_listen.as_deref() {
+        Some(addr) => Some(cairn_console::bind(addr).await?),
+        None => None,
+    };
+    let console_config = console_config(&config)?;
     let replica = Replica::start(config, listener).await?;
+    let console = match console_listener {
+        // The token is resolved after the replica started: a generated one lives in its data dir.
+        Some(listener) => Some(cairn_console::Console::start(listener, console_config.resolve()?)?),
+        None => None,
+    };
+    if let Some(c) = &console {
+        tracing::info!(url = %c.url(), "web console");
+    }
     let (stop_metrics, metrics_stopped) = tokio::sync::oneshot::channel::<()>();
     let metrics_server = metrics_listener.map(|listener| {
         tokio::spawn(cairn_process::metrics::serve(listener, replica.metrics_registry(), async move {
@@ -260,6 +319,9 @@ async fn main() -> anyhow::Result<()> {
         signal = signals.next() => tracing::warn!(signal, "stopping without handing leadership over"),
     }
     let _ = stop_metrics.send(());
+    if let Some(c) = console {
+        c.shutdown().await;
+    }
     replica.shutdown().await;
     if let Some(server) = metrics_server
         && let Err(e) = server.await

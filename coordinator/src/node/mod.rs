@@ -17,6 +17,7 @@ use cairn_raft::types::{NodeId, Raft};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tokio_stream::StreamExt;
 use tokio_stream::wrappers::TcpListenerStream;
 
 use cairn_proto::auth::ClusterCredentials;
@@ -170,10 +171,20 @@ impl Replica {
                 AdminService::new(ctx.clone(), leader.clone()).into_server(),
                 auth,
             ));
-        let server =
-            tokio::spawn(router.serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
-                let _ = stopped.wait_for(|s| *s).await;
-            }));
+        // Nagle off on every accepted connection (tonic's `tcp_nodelay` covers only listeners it
+        // binds itself): a response written as several small frames otherwise waits for the
+        // caller's delayed ACK, ~40 ms per call, and a barrier to a worker can wait behind one.
+        let incoming = TcpListenerStream::new(listener).map(|conn| {
+            if let Ok(stream) = &conn
+                && let Err(e) = stream.set_nodelay(true)
+            {
+                tracing::debug!(error = %e, "cannot turn Nagle's algorithm off on a connection");
+            }
+            conn
+        });
+        let server = tokio::spawn(router.serve_with_incoming_shutdown(incoming, async move {
+            let _ = stopped.wait_for(|s| *s).await;
+        }));
         let bootstrap = tokio::spawn(bootstrap::run(config.clone(), raft.clone()));
         tracing::info!(node_id = config.node_id, %addr, data_dir = %data_dir.display(), "replica started");
         Ok(Self { ctx, addr, stop, server, bootstrap, supervisor, leader, health, raft_gauges })

@@ -138,6 +138,8 @@ pub enum ClusterCmd {
         #[arg(value_parser = node_id())]
         id: u64,
     },
+    /// The leader's workers: state, slots used and free, the jobs on each, how each authenticated.
+    Workers,
 }
 
 #[derive(Debug, Subcommand)]
@@ -414,6 +416,9 @@ mod tests {
         let cli = parse(&["--endpoints", "http://h:7401/", "cluster", "status"]).unwrap();
         assert_eq!(cli.global.endpoints, ["h:7401"]);
         assert!(matches!(cli.command, Command::Cluster(ClusterCmd::Status)));
+        let cli = parse(&["cluster", "workers", "-o", "json"]).unwrap();
+        assert!(matches!(cli.command, Command::Cluster(ClusterCmd::Workers)));
+        assert!(parse(&["cluster", "workers", "extra"]).is_err());
     }
 
     #[test]

@@ -7,8 +7,8 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use cairn_proto::admin::{
     CheckpointConfig, CheckpointDetails, CheckpointOutcome, CheckpointOverview, CheckpointSummary,
-    ClusterStatusReply, DurationSizeSummary, JobDetails, ListJobsReply, ListSavepointsReply, MembershipReply,
-    NodeStatus,
+    ClusterStatusReply, DurationSizeSummary, JobDetails, ListJobsReply, ListSavepointsReply,
+    ListWorkersReply, MembershipReply, NodeStatus,
 };
 
 /// Left-aligned columns separated by two spaces; no trailing spaces.
@@ -151,6 +151,28 @@ pub fn cluster_status(s: &ClusterStatusReply) -> String {
 
 pub fn membership(change: &str, r: &MembershipReply) -> String {
     format!("{change}; membership committed at log index {}\n\n{}", r.log_index, nodes_table(&r.nodes))
+}
+
+pub fn workers(r: &ListWorkersReply) -> String {
+    if r.workers.is_empty() {
+        return "no workers attached\n".into();
+    }
+    let mut t = Table::new(&["WORKER", "STATE", "SLOTS", "USED", "JOBS", "AUTHENTICATED BY"]);
+    for w in &r.workers {
+        t.row(vec![
+            w.worker_id.clone(),
+            w.state.clone(),
+            w.slots.to_string(),
+            w.slots_used.to_string(),
+            if w.jobs.is_empty() { "-".into() } else { w.jobs.join(",") },
+            w.authenticated_by.clone(),
+        ]);
+    }
+    let (slots, used) = r
+        .workers
+        .iter()
+        .fold((0u64, 0u64), |(s, u), w| (s + u64::from(w.slots), u + u64::from(w.slots_used)));
+    format!("{}\n{used} of {slots} slots in use\n", t.render())
 }
 
 pub fn job_list(r: &ListJobsReply) -> String {
@@ -503,6 +525,28 @@ mod tests {
         assert!(text.contains("ID  ADDRESS         ROLE   LEADER  MATCHED  LAG  HEALTH\n"), "{text}");
         assert!(text.contains("1   127.0.0.1:7401  voter          40       -    unreachable\n"), "{text}");
         assert!(text.contains("2   127.0.0.1:7402  voter  *       40       0    healthy\n"), "{text}");
+    }
+
+    #[test]
+    fn workers_show_state_jobs_and_slot_totals() {
+        use cairn_proto::admin::WorkerStatus;
+        assert_eq!(workers(&ListWorkersReply { workers: vec![] }), "no workers attached\n");
+        let w = |id: &str, state: &str, used, jobs: &[&str]| WorkerStatus {
+            worker_id: id.into(),
+            slots: 4,
+            slots_used: used,
+            state: state.into(),
+            jobs: jobs.iter().map(|j| j.to_string()).collect(),
+            authenticated_by: "worker token".into(),
+        };
+        let r = ListWorkersReply {
+            workers: vec![w("w-1", "attached", 3, &["a", "b"]), w("w-2", "disconnected", 0, &[])],
+        };
+        let text = workers(&r);
+        assert!(text.starts_with("WORKER  STATE         SLOTS  USED  JOBS  AUTHENTICATED BY\n"), "{text}");
+        assert!(text.contains("w-1     attached      4      3     a,b   worker token\n"), "{text}");
+        assert!(text.contains("w-2     disconnected  4      0     -     worker token\n"), "{text}");
+        assert!(text.ends_with("\n3 of 8 slots in use\n"), "{text}");
     }
 
     #[test]

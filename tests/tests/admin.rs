@@ -111,6 +111,9 @@ async fn calls_without_the_admin_token_are_refused_and_change_nothing() -> anyho
         clu.status(cairn_proto::v1::StatusRequest {}).await.expect_err("refused").code(),
         Code::Unauthenticated
     );
+    let mut raw_admin = AdminClient::connect(addr.clone()).await?;
+    let st = raw_admin.list_workers(ListWorkersRequest {}).await.expect_err("must be refused");
+    assert_eq!(st.code(), Code::Unauthenticated, "{st:?}");
     // Health checks need no token.
     let channel = tonic::transport::Endpoint::from_shared(addr)?.connect().await?;
     let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
@@ -184,6 +187,41 @@ async fn jobs_checkpoints_and_savepoints_through_the_admin_api() -> anyhow::Resu
     assert_eq!(d.workers[0].worker_id, "w1");
     assert!(d.tasks.iter().all(|t| t.worker == "w1"));
     assert_eq!(d.checkpoint_config.as_ref().map(|c| c.interval_ms), Some(300));
+
+    // The leader's workers: w1 runs job a; an idle w2 joins, then leaves.
+    let idle = Worker::start(cluster.worker_config("w2"))?;
+    let list = wait::until("w2 attached", T, || {
+        let mut c = c.clone();
+        async move {
+            let r = admin(&mut c, |mut a| async move { a.list_workers(ListWorkersRequest {}).await })
+                .await
+                .ok()?;
+            r.workers.iter().any(|w| w.worker_id == "w2" && w.state == "attached").then_some(r)
+        }
+    })
+    .await?;
+    let ids: Vec<&str> = list.workers.iter().map(|w| w.worker_id.as_str()).collect();
+    assert_eq!(ids, ["w1", "w2"], "{list:?}");
+    let (w1, w2) = (&list.workers[0], &list.workers[1]);
+    assert_eq!((w1.state.as_str(), w1.jobs.as_slice()), ("attached", ["a".to_owned()].as_slice()), "{w1:?}");
+    assert_eq!(w1.slots_used, d.workers[0].slots_used, "{w1:?}");
+    assert!(w1.slots_used >= 1 && w1.slots_used <= w1.slots, "{w1:?}");
+    assert_eq!((w2.slots_used, w2.jobs.len()), (0, 0), "{w2:?}");
+    assert!(w2.slots > 0, "{w2:?}");
+    assert!(list.workers.iter().all(|w| w.authenticated_by == "shared token"), "{list:?}");
+    idle.shutdown().await;
+    // Kept as disconnected until its heartbeat timeout, then gone; w1 and its job stay.
+    let list = wait::until("w2 forgotten after its heartbeat timeout", T, || {
+        let mut c = c.clone();
+        async move {
+            let r = admin(&mut c, |mut a| async move { a.list_workers(ListWorkersRequest {}).await })
+                .await
+                .ok()?;
+            (r.workers.len() == 1).then_some(r)
+        }
+    })
+    .await?;
+    assert_eq!((list.workers[0].worker_id.as_str(), list.workers[0].state.as_str()), ("w1", "attached"));
 
     // Trigger a checkpoint: the id comes back at once; a retry returns the same id.
     let trig = |rid: &'static str| TriggerCheckpointRequest { job_id: "a".into(), request_id: rid.into() };

@@ -85,6 +85,20 @@ async fn tour(cluster: &ProcCluster) -> anyhow::Result<()> {
     let table = ctl.ok(&["checkpoint", "list", "demo"]).await?;
     assert!(table.contains("latest completed:") && table.contains("DURATION"), "{table}");
 
+    // The leader's workers: w1, attached with 8 slots, runs the demo job.
+    let workers = ctl.json(&["cluster", "workers"]).await?;
+    let w1 = workers["workers"].as_array().and_then(|w| w.first()).cloned().unwrap_or_default();
+    assert_eq!(workers["workers"].as_array().map_or(0, Vec::len), 1, "{workers}");
+    assert_eq!((str_at(&w1, &["worker_id"]), str_at(&w1, &["state"])), ("w1", "attached"), "{w1}");
+    assert_eq!(u64_at(&w1, &["slots"]), 8, "{w1}");
+    assert_eq!(u64_at(&w1, &["slots_used"]), u64::from(subtasks), "{w1}");
+    assert_eq!(w1["jobs"], serde_json::json!(["demo"]), "{w1}");
+    let table = ctl.ok(&["cluster", "workers"]).await?;
+    assert!(
+        table.contains("AUTHENTICATED BY") && table.contains(&format!("{subtasks} of 8 slots in use")),
+        "{table}"
+    );
+
     // A manual checkpoint, waited for; then its per-subtask figures.
     let outcome = ctl.json(&["checkpoint", "trigger", "demo", "--wait", "--timeout", "60s"]).await?;
     assert_eq!(str_at(&outcome, &["status"]), "completed", "{outcome}");

@@ -91,12 +91,17 @@ pub(crate) enum RuntimeCmd {
     },
 }
 
-/// A connected worker's slots, for status calls.
+/// A worker the runtime knows (attached, or disconnected and awaited until its heartbeat
+/// timeout), for status calls.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkerSlots {
     pub worker_id: String,
     pub slots: u32,
     pub used: u32,
+    pub connected: bool,
+    /// Jobs with tasks deployed on it, sorted.
+    pub jobs: Vec<String>,
+    pub identity: crate::auth::WorkerIdentity,
 }
 
 /// Cheap handle on the runtime of one term.
@@ -200,7 +205,7 @@ impl TermHandle {
         self.tx.send(RuntimeCmd::ConfigChanged { job, subsumed }).await.map_err(|_| gone())
     }
 
-    /// The connected workers and their slots.
+    /// The workers this term knows, their slots and the jobs on them, by id.
     pub async fn workers(&self) -> Result<Vec<WorkerSlots>, Status> {
         self.ask(|reply| RuntimeCmd::Workers { reply }).await
     }

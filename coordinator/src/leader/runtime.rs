@@ -324,11 +324,19 @@ impl Runtime {
                 let workers = self
                     .workers
                     .iter()
-                    .filter(|(_, w)| w.connected)
                     .map(|(id, w)| WorkerSlots {
                         worker_id: id.clone(),
                         slots: w.slots,
                         used: w.slots.saturating_sub(self.free_slots(id)),
+                        connected: w.connected,
+                        // `leases` is keyed by job id, so these come out sorted.
+                        jobs: self
+                            .leases
+                            .iter()
+                            .filter(|(_, (on, _))| on == id)
+                            .map(|(j, _)| j.to_string())
+                            .collect(),
+                        identity: w.identity.clone(),
                     })
                     .collect();
                 let _ = reply.send(workers);

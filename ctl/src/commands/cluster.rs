@@ -1,7 +1,9 @@
-//! `cairnctl cluster ...`: status, membership changes, leadership transfer.
+//! `cairnctl cluster ...`: status, membership changes, leadership transfer, workers.
 
 use cairn_proto::admin::admin_client::AdminClient;
-use cairn_proto::admin::{AddLearnerRequest, ClusterStatusRequest, NodeRequest, TransferLeadershipRequest};
+use cairn_proto::admin::{
+    AddLearnerRequest, ClusterStatusRequest, ListWorkersRequest, NodeRequest, TransferLeadershipRequest,
+};
 
 use super::Ctx;
 use crate::cli::ClusterCmd;
@@ -70,6 +72,15 @@ pub async fn run(ctx: &mut Ctx<'_>, cmd: ClusterCmd) -> Result<(), CtlError> {
                 })
                 .await?;
             ctx.emit(&reply, |r| format!("node {} leads (term {})\n", r.leader_id, r.term))
+        }
+        ClusterCmd::Workers => {
+            let reply = ctx
+                .session
+                .call("cluster workers", Wait::Quick, |ch| async move {
+                    Ok(AdminClient::new(ch).list_workers(ListWorkersRequest {}).await?.into_inner())
+                })
+                .await?;
+            ctx.emit(&reply, output::workers)
         }
     }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use cairn_proto::admin as pb;
 use cairn_raft::types::{NodeId, RaftMetrics};
 
-use super::AdminService;
+use super::{AdminService, convert};
 use crate::error::NodeError;
 use crate::replica::linearizable;
 use crate::services::cluster as shared;
@@ -130,6 +130,16 @@ impl AdminService {
         let deadline = tokio::time::Instant::now() + timeout;
         let (leader_id, term) = crate::handoff::transfer(&self.ctx, &self.leader, to, deadline).await?;
         Ok(pb::TransferLeadershipReply { leader_id, term })
+    }
+
+    /// The leader's workers: attached, or awaited until their heartbeat timeout.
+    pub(super) async fn workers(&self) -> Result<pb::ListWorkersReply, NodeError> {
+        let term = crate::services::leader_runtime(&self.ctx, &self.leader).await?;
+        // The term ended between the two calls: the caller retries and finds the new leader.
+        let workers = term.workers().await.map_err(|_| {
+            NodeError::NotLeader(cairn_proto::leader_hint::LeaderHint { leader_id: None, leader_addr: None })
+        })?;
+        Ok(pb::ListWorkersReply { workers: workers.into_iter().map(convert::worker_status).collect() })
     }
 }
 

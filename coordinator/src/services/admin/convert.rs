@@ -69,6 +69,23 @@ pub fn restart_status(job: &JobRecord, strategy: &RestartStrategy) -> pb::Restar
     }
 }
 
+pub fn worker_status(w: crate::leader::WorkerSlots) -> pb::WorkerStatus {
+    use crate::auth::WorkerIdentity;
+    pb::WorkerStatus {
+        worker_id: w.worker_id,
+        slots: w.slots,
+        slots_used: w.used,
+        state: if w.connected { "attached" } else { "disconnected" }.to_owned(),
+        jobs: w.jobs,
+        authenticated_by: match w.identity {
+            WorkerIdentity::SharedToken => "shared token",
+            WorkerIdentity::Token(_) => "worker token",
+            WorkerIdentity::Certificate(_) => "certificate",
+        }
+        .to_owned(),
+    }
+}
+
 pub fn job_summary(job: &JobRecord) -> pb::JobSummary {
     let latest = job.latest_completed();
     pb::JobSummary {

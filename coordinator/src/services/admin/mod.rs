@@ -9,7 +9,7 @@
 //! | module | owns |
 //! | --- | --- |
 //! | this file | the service and the mapping of every call's error to a status |
-//! | `cluster` | status, membership, leadership transfer (`transfer`: its internal call) |
+//! | `cluster` | status, membership, leadership transfer, the leader's workers |
 //! | `jobs` | submit, list, describe, cancel, checkpoint configuration |
 //! | `checkpoints` | trigger, wait, statistics overview and details |
 //! | `savepoints` | trigger, stop-with-savepoint, list, dispose |
@@ -88,6 +88,13 @@ impl Admin for AdminService {
         req: Request<pb::TransferLeadershipRequest>,
     ) -> Result<Response<pb::TransferLeadershipReply>, Status> {
         answer("TransferLeadership", self.transfer_leadership(req.into_inner()).await)
+    }
+
+    async fn list_workers(
+        &self,
+        _req: Request<pb::ListWorkersRequest>,
+    ) -> Result<Response<pb::ListWorkersReply>, Status> {
+        answer("ListWorkers", self.workers().await)
     }
 
     async fn submit_job(

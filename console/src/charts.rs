@@ -1,8 +1,9 @@
 //! Charts drawn on the server as SVG, with the same escaping templates as the pages (maud): a
-//! line of one figure per completed checkpoint over time (x: checkpoint id, which grows with
-//! time, labelled with the first and last trigger times; y: the figure), with the axis range
-//! labelled and each point titled with its checkpoint, time and value. Nothing is fetched by the
-//! browser.
+//! line of one figure per completed checkpoint over time (x: trigger time, so gaps such as a
+//! failover or a paused job show as gaps, labelled with the first and last checkpoints and their
+//! times; checkpoint id when the times do not spread, e.g. all in one millisecond; y: the
+//! figure), with the axis range labelled and each point titled with its checkpoint, time and
+//! value. Nothing is fetched by the browser.
 
 use std::time::{Duration, UNIX_EPOCH};
 
@@ -33,7 +34,13 @@ fn time_of_day(ms: u64) -> String {
 fn layout(points: &[Point]) -> Vec<(f64, f64)> {
     let (Some(first), Some(last)) = (points.first(), points.last()) else { return Vec::new() };
     let max = points.iter().map(|p| p.value).max().unwrap_or(0).max(1) as f64;
-    let span = last.id.saturating_sub(first.id).max(1) as f64;
+    // Trigger times come from the leaders' clocks: one that stepped back puts a point before the
+    // first one, which is clamped to the axis rather than drawn outside it.
+    let by_time = last.at_ms > first.at_ms;
+    let offset = |p: &Point| {
+        if by_time { p.at_ms.saturating_sub(first.at_ms) } else { p.id.saturating_sub(first.id) }
+    };
+    let span = offset(last).max(1) as f64;
     let plot_w = WIDTH - LEFT - RIGHT;
     let plot_h = HEIGHT - TOP - BOTTOM;
     points
@@ -42,7 +49,7 @@ fn layout(points: &[Point]) -> Vec<(f64, f64)> {
             let x = if points.len() == 1 {
                 LEFT + plot_w / 2.0
             } else {
-                LEFT + (p.id.saturating_sub(first.id)) as f64 / span * plot_w
+                LEFT + (offset(p) as f64 / span).min(1.0) * plot_w
             };
             let y = TOP + plot_h - (p.value as f64 / max) * plot_h;
             (x, y)
@@ -72,7 +79,7 @@ pub fn line_chart(id: &str, title: &str, points: &[Point], fmt: fn(u64) -> Strin
                     @if let (Some(first), Some(last)) = (points.first(), points.last()) {
                         text.label x=(LEFT) y=(HEIGHT - 12.0) text-anchor="start" { "#" (first.id) " " (time_of_day(first.at_ms)) }
                         text.label x=(WIDTH - RIGHT) y=(HEIGHT - 12.0) text-anchor="end" { "#" (last.id) " " (time_of_day(last.at_ms)) }
-                        text.label x=((LEFT + WIDTH - RIGHT) / 2.0) y=(HEIGHT - 2.0) text-anchor="middle" { "checkpoint (UTC time triggered)" }
+                        text.label x=((LEFT + WIDTH - RIGHT) / 2.0) y=(HEIGHT - 2.0) text-anchor="middle" { "time triggered (UTC)" }
                     }
                     polyline.series points=(polyline) {}
                     @for (p, (x, y)) in points.iter().zip(&xy) {
@@ -103,6 +110,25 @@ mod tests {
         assert!((xy[2].0 - (WIDTH - RIGHT)).abs() < 1e-9);
         assert!((xy[2].1 - TOP).abs() < 1e-9, "the largest value is at the top");
         assert!((xy[0].1 - (HEIGHT - BOTTOM)).abs() < 1e-9, "zero is on the x axis");
+    }
+
+    #[test]
+    fn x_is_the_trigger_time_so_a_pause_shows_as_a_gap() {
+        // Checkpoints 1, 2 and 3 a second apart, then 4 nine seconds later (e.g. after a failover).
+        let pts = [
+            Point { id: 1, at_ms: 10_000, value: 1 },
+            Point { id: 2, at_ms: 11_000, value: 1 },
+            Point { id: 3, at_ms: 12_000, value: 1 },
+            Point { id: 4, at_ms: 21_000, value: 1 },
+        ];
+        let xy = layout(&pts);
+        let plot_w = WIDTH - LEFT - RIGHT;
+        assert!((xy[1].0 - (LEFT + plot_w / 11.0)).abs() < 1e-9, "{xy:?}");
+        assert!((xy[3].0 - (WIDTH - RIGHT)).abs() < 1e-9, "{xy:?}");
+        assert!(xy[3].0 - xy[2].0 > 8.0 * (xy[2].0 - xy[1].0), "the gap is wider: {xy:?}");
+        // A point whose time is before the first one's stays on the axis.
+        let skewed = [pts[0], Point { id: 2, at_ms: 9_000, value: 1 }, pts[3]];
+        assert!((layout(&skewed)[1].0 - LEFT).abs() < 1e-9);
     }
 
     #[test]

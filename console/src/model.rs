@@ -482,29 +482,42 @@ impl CheckpointView {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct WorkersView {
-    pub workers: Vec<Worker>,
-    /// Jobs whose details could not be read (their workers may be missing above).
-    pub unreadable_jobs: Vec<String>,
+    pub workers: Vec<WorkerRow>,
+    pub total_slots: u64,
+    pub used_slots: u64,
+}
+
+/// One worker of the workers view.
+#[derive(Debug, Clone, Serialize)]
+pub struct WorkerRow {
+    #[serde(flatten)]
+    pub worker: Worker,
+    /// `attached`, or `disconnected` (awaited until its heartbeat timeout).
+    pub state: String,
+    pub authenticated_by: String,
 }
 
 impl WorkersView {
-    /// Merges the workers of every job's details: one row per worker, with the jobs it runs.
-    pub fn from_jobs(jobs: &[(String, pb::JobDetails)], unreadable_jobs: Vec<String>) -> Self {
-        let mut by_id: std::collections::BTreeMap<String, Worker> = std::collections::BTreeMap::new();
-        for (job, d) in jobs {
-            for w in &d.workers {
-                let row = by_id.entry(w.worker_id.clone()).or_insert_with(|| Worker {
-                    worker_id: w.worker_id.clone(),
+    /// The leader's workers, by id, with the jobs on each.
+    pub fn from_reply(r: pb::ListWorkersReply) -> Self {
+        let mut workers: Vec<WorkerRow> = r
+            .workers
+            .into_iter()
+            .map(|w| WorkerRow {
+                worker: Worker {
+                    worker_id: w.worker_id,
                     slots: w.slots,
                     slots_used: w.slots_used,
-                    jobs: Vec::new(),
-                });
-                if d.tasks.iter().any(|t| t.worker == w.worker_id) && !row.jobs.contains(job) {
-                    row.jobs.push(job.clone());
-                }
-            }
-        }
-        Self { workers: by_id.into_values().collect(), unreadable_jobs }
+                    jobs: w.jobs,
+                },
+                state: w.state,
+                authenticated_by: w.authenticated_by,
+            })
+            .collect();
+        workers.sort_by(|a, b| a.worker.worker_id.cmp(&b.worker.worker_id));
+        let total_slots = workers.iter().map(|w| u64::from(w.worker.slots)).sum();
+        let used_slots = workers.iter().map(|w| u64::from(w.worker.slots_used)).sum();
+        Self { workers, total_slots, used_slots }
     }
 }
 
@@ -552,18 +565,22 @@ mod tests {
     }
 
     #[test]
-    fn workers_are_merged_across_jobs() {
-        let details = |worker: &str| pb::JobDetails {
-            tasks: vec![pb::TaskInfo { worker: worker.into(), ..Default::default() }],
-            workers: vec![pb::WorkerInfo { worker_id: worker.into(), slots: 4, slots_used: 2 }],
-            ..Default::default()
+    fn workers_are_sorted_with_slot_totals() {
+        let w = |id: &str, slots, used, jobs: &[&str], state: &str| pb::WorkerStatus {
+            worker_id: id.into(),
+            slots,
+            slots_used: used,
+            state: state.into(),
+            jobs: jobs.iter().map(|j| j.to_string()).collect(),
+            authenticated_by: "worker token".into(),
         };
-        let v = WorkersView::from_jobs(
-            &[("a".into(), details("w1")), ("b".into(), details("w1")), ("c".into(), details("w2"))],
-            vec![],
-        );
-        assert_eq!(v.workers.len(), 2);
-        assert_eq!(v.workers[0].jobs, ["a", "b"]);
-        assert_eq!(v.workers[1].jobs, ["c"]);
+        let v = WorkersView::from_reply(pb::ListWorkersReply {
+            workers: vec![w("w2", 4, 0, &[], "attached"), w("w1", 8, 3, &["a", "b"], "disconnected")],
+        });
+        assert_eq!(v.workers.iter().map(|r| r.worker.worker_id.as_str()).collect::<Vec<_>>(), ["w1", "w2"]);
+        assert_eq!(v.workers[0].worker.jobs, ["a", "b"]);
+        assert_eq!(v.workers[0].state, "disconnected");
+        assert!(v.workers[1].worker.jobs.is_empty(), "an idle worker is listed too");
+        assert_eq!((v.total_slots, v.used_slots), (12, 3));
     }
 }

@@ -14,7 +14,6 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use futures::StreamExt;
 use maud::Markup;
 use serde::Deserialize;
 use tokio::sync::watch;
@@ -28,8 +27,6 @@ use crate::views::{self, Nav};
 
 /// Header the live-update script sends to get only a page's `<main>`.
 pub const FRAGMENT_HEADER: &str = "x-cairn-fragment";
-/// Job details read at once by the workers view.
-const PARALLEL_READS: usize = 32;
 
 /// What every handler shares.
 pub struct AppState {
@@ -291,32 +288,7 @@ async fn checkpoint_api(
 }
 
 async fn workers_view(app: &AppState) -> Result<WorkersView, WebError> {
-    let jobs = app.source.list_jobs().await?;
-    let ids: Vec<String> = jobs.jobs.into_iter().map(|j| j.job_id).collect();
-    let results: Vec<(String, Result<cairn_proto::admin::JobDetails, SourceError>)> =
-        futures::stream::iter(ids)
-            .map(|id| async move {
-                let r = app.source.describe_job(&id).await;
-                (id, r)
-            })
-            .buffer_unordered(PARALLEL_READS)
-            .collect()
-            .await;
-    let mut details = Vec::new();
-    let mut unreadable = Vec::new();
-    for (id, r) in results {
-        match r {
-            Ok(d) => details.push((id, d)),
-            // A job removed between the two reads is not an error.
-            Err(SourceError::Refused { code: Code::NotFound, .. }) => {}
-            Err(e) => {
-                tracing::debug!(job = %id, error = %e, "console: job unreadable for the workers view");
-                unreadable.push(id);
-            }
-        }
-    }
-    unreadable.sort();
-    Ok(WorkersView::from_jobs(&details, unreadable))
+    Ok(WorkersView::from_reply(app.source.list_workers().await?))
 }
 
 async fn workers_page(State(app): AppRef, headers: HeaderMap) -> WebResult {

@@ -121,6 +121,11 @@ impl Source {
         .await
     }
 
+    pub async fn list_workers(&self) -> Result<pb::ListWorkersReply, SourceError> {
+        self.read("list workers", |mut a| async move { a.list_workers(pb::ListWorkersRequest {}).await })
+            .await
+    }
+
     pub async fn list_jobs(&self) -> Result<pb::ListJobsReply, SourceError> {
         self.read("list jobs", |mut a| async move { a.list_jobs(pb::ListJobsRequest {}).await }).await
     }

@@ -85,8 +85,8 @@ fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
 
 fn status_class(s: &str) -> &'static str {
     match s {
-        "running" | "completed" | "healthy" | "finished" => "ok",
-        "failed" | "failing" | "unreachable" | "lagging" => "bad",
+        "running" | "completed" | "healthy" | "finished" | "attached" => "ok",
+        "failed" | "failing" | "unreachable" | "lagging" | "disconnected" => "bad",
         "cancelled" | "canceled" | "suspended" | "restarting" | "in_progress" => "warn",
         _ => "",
     }
@@ -234,14 +234,14 @@ pub fn job(v: &JobView) -> Markup {
             }
         }
         h2 { "Workers" }
-        (workers_table(&v.workers, false))
+        (workers_table(&v.workers))
     }
 }
 
-fn workers_table(workers: &[Worker], with_jobs: bool) -> Markup {
+fn workers_table(workers: &[Worker]) -> Markup {
     html! {
         table #workers {
-            thead { tr { th { "Worker" } th { "Slots" } th { "Used" } th { "Free" } @if with_jobs { th { "Jobs" } } } }
+            thead { tr { th { "Worker" } th { "Slots" } th { "Used" } th { "Free" } } }
             tbody {
                 @for w in workers {
                     tr data-worker=(w.worker_id) {
@@ -249,12 +249,6 @@ fn workers_table(workers: &[Worker], with_jobs: bool) -> Markup {
                         td.num { (w.slots) }
                         td.num { (w.slots_used) }
                         td.num { (w.slots.saturating_sub(w.slots_used)) }
-                        @if with_jobs { td {
-                            @for (i, j) in w.jobs.iter().enumerate() {
-                                @if i > 0 { ", " }
-                                a href=(format!("/jobs/{j}")) { (j) }
-                            }
-                        } }
                     }
                 }
             }
@@ -265,11 +259,40 @@ fn workers_table(workers: &[Worker], with_jobs: bool) -> Markup {
 pub fn workers(v: &WorkersView) -> Markup {
     html! {
         h1 { "Workers" }
-        p.hint { "Workers running tasks of the cluster's jobs, with their task slots." }
-        @if !v.unreadable_jobs.is_empty() {
-            p.error { "Could not read jobs: " (v.unreadable_jobs.join(", ")) }
+        p.hint {
+            "Every worker the leader knows: attached ones, and those whose connection dropped \
+             but whose tasks are kept until their heartbeat timeout. "
+            (v.used_slots) " of " (v.total_slots) " slots in use."
         }
-        (workers_table(&v.workers, true))
+        @if v.workers.is_empty() {
+            p.hint { "No worker is attached." }
+        } @else {
+            table #workers {
+                thead { tr {
+                    th { "Worker" } th { "State" } th { "Slots" } th { "Used" } th { "Free" }
+                    th { "Jobs" } th { "Authenticated by" }
+                } }
+                tbody {
+                    @for r in &v.workers {
+                        @let w = &r.worker;
+                        tr data-worker=(w.worker_id) data-state=(r.state) {
+                            td { (w.worker_id) }
+                            td { (badge(&r.state)) }
+                            td.num { (w.slots) }
+                            td.num { (w.slots_used) }
+                            td.num { (w.slots.saturating_sub(w.slots_used)) }
+                            td {
+                                @for (i, j) in w.jobs.iter().enumerate() {
+                                    @if i > 0 { ", " }
+                                    a href=(format!("/jobs/{j}")) { (j) }
+                                }
+                            }
+                            td { (r.authenticated_by) }
+                        }
+                    }
+                }
+            }
+        }
     }
 }
 

@@ -218,6 +218,8 @@ async fn a_followers_console_shows_the_cluster_its_jobs_checkpoints_and_workers(
     assert_eq!(w["workers"][0]["worker_id"], "console-w1", "{w}");
     assert!(w["workers"][0]["slots_used"].as_u64().unwrap_or(0) >= 1, "{w}");
     assert_eq!(w["workers"][0]["jobs"][0], "shop");
+    assert_eq!(w["workers"][0]["state"], "attached", "{w}");
+    assert_eq!(w["used_slots"], w["workers"][0]["slots_used"], "{w}");
 
     // The live-update script gets only the <main> of a page.
     let fragment = get("/jobs").header("x-cairn-fragment", "1").send(at).await?;

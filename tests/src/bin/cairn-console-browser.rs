@@ -189,8 +189,9 @@ async fn main() -> anyhow::Result<()> {
     println!("workers view");
     page.navigate(&url(1, "/workers")).await?;
     page.wait_for(
-        "the demo worker",
-        "document.querySelector('#workers').textContent.includes('demo-worker')",
+        "the demo worker, attached and running the demo job",
+        "Array.from(document.querySelectorAll('#workers tr[data-state=attached]')).some(r => \
+         r.dataset.worker === 'demo-worker' && r.querySelector('a[href=\"/jobs/demo\"]'))",
         T,
     )
     .await?;

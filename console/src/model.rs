@@ -4,12 +4,16 @@
 use cairn_proto::admin as pb;
 use serde::Serialize;
 
-/// One leadership seen by the console: from when it observed it, who, in which term.
+/// One term that had a leader: from the replicated leader history, with when this console
+/// first saw it (if it was running then).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct LeaderChange {
-    pub observed_at_ms: u64,
-    pub leader_id: u64,
     pub term: u64,
+    pub leader_id: u64,
+    /// Index of the leader's first entry; `None` for a term only this console observed (the
+    /// replica it read has not applied that entry yet).
+    pub first_log_index: Option<u64>,
+    pub observed_at_ms: Option<u64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -68,7 +72,16 @@ impl ClusterView {
                     health: n.health.clone(),
                 })
                 .collect(),
-            leader_history: Vec::new(),
+            leader_history: s
+                .leader_history
+                .iter()
+                .map(|t| LeaderChange {
+                    term: t.term,
+                    leader_id: t.leader_id,
+                    first_log_index: Some(t.first_log_index),
+                    observed_at_ms: None,
+                })
+                .collect(),
         }
     }
 

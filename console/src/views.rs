@@ -127,12 +127,20 @@ pub fn cluster(v: &ClusterView) -> Markup {
             }
         }
         h2 { "Leader history" }
-        p.hint { "Leaderships this console has seen, newest first." }
+        p.hint {
+            "Terms that had a leader, newest first, as replicated through the log (kept across \
+             restarts, the newest 64); \"seen at\" is when this console first saw the term."
+        }
         table #leader-history {
-            thead { tr { th { "Seen at" } th { "Leader" } th { "Term" } } }
+            thead { tr { th { "Term" } th { "Leader" } th { "From log index" } th { "Seen at" } } }
             tbody {
                 @for c in &v.leader_history {
-                    tr { td { (fmt_time(c.observed_at_ms)) } td { "node " (c.leader_id) } td.num { (c.term) } }
+                    tr data-term=(c.term) {
+                        td.num { (c.term) }
+                        td { "node " (c.leader_id) }
+                        td.num { (opt(c.first_log_index)) }
+                        td { (opt(c.observed_at_ms.map(fmt_time))) }
+                    }
                 }
             }
         }

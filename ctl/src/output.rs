@@ -131,6 +131,9 @@ fn nodes_table(nodes: &[NodeStatus]) -> String {
     t.render()
 }
 
+/// Terms of the leader history `cluster status` prints (`-o json` has them all).
+const RECENT_LEADERS: usize = 3;
+
 pub fn cluster_status(s: &ClusterStatusReply) -> String {
     let mut pairs = vec![
         ("leader", format!("{} ({})", s.leader_id, or_dash(&s.leader_addr))),
@@ -145,6 +148,15 @@ pub fn cluster_status(s: &ClusterStatusReply) -> String {
     ];
     if let Some(ms) = s.millis_since_quorum_ack {
         pairs.push(("quorum ack", format!("{} ago", millis(ms))));
+    }
+    if !s.leader_history.is_empty() {
+        let recent: Vec<String> = s
+            .leader_history
+            .iter()
+            .take(RECENT_LEADERS)
+            .map(|t| format!("term {} node {} (from index {})", t.term, t.leader_id, t.first_log_index))
+            .collect();
+        pairs.push(("leaders", recent.join(", ")));
     }
     format!("{}\n{}", fields(&pairs), nodes_table(&s.nodes))
 }
@@ -518,10 +530,24 @@ mod tests {
             snapshot_index: 0,
             nodes: vec![node(1, false, "unreachable"), node(2, true, "healthy")],
             millis_since_quorum_ack: Some(15),
+            leader_history: (1..=4)
+                .rev()
+                .map(|t| cairn_proto::admin::LeaderTerm {
+                    term: t,
+                    leader_id: t % 2 + 1,
+                    first_log_index: t * 10,
+                })
+                .collect(),
         };
         let text = cluster_status(&s);
         assert!(text.starts_with("leader:      2 (127.0.0.1:7402)\n"), "{text}");
         assert!(text.contains("quorum ack:  15ms ago"), "{text}");
+        assert!(
+            text.contains(
+                "leaders:     term 4 node 1 (from index 40), term 3 node 2 (from index 30), term 2 node 1 (from index 20)\n"
+            ),
+            "{text}"
+        );
         assert!(text.contains("ID  ADDRESS         ROLE   LEADER  MATCHED  LAG  HEALTH\n"), "{text}");
         assert!(text.contains("1   127.0.0.1:7401  voter          40       -    unreachable\n"), "{text}");
         assert!(text.contains("2   127.0.0.1:7402  voter  *       40       0    healthy\n"), "{text}");

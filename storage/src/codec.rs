@@ -11,6 +11,8 @@ use cairn_raft::types::{LogId, StoredMembership};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use crate::leaders::LeaderHistory;
+
 pub(crate) fn encode<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, serde_json::Error> {
     serde_json::to_vec(value)
 }
@@ -36,6 +38,9 @@ pub(crate) struct SnapshotPayload {
     pub last_applied: Option<LogId>,
     pub last_membership: StoredMembership,
     pub data: StateMachineData,
+    /// Absent in snapshots built before the history was kept, and while it is empty.
+    #[serde(default)]
+    pub leaders: LeaderHistory,
 }
 
 /// Borrowing twin of [`SnapshotPayload`], so a snapshot is serialized straight from the live
@@ -46,6 +51,8 @@ pub(crate) struct SnapshotPayloadRef<'a> {
     pub last_applied: &'a Option<LogId>,
     pub last_membership: &'a StoredMembership,
     pub data: &'a StateMachineData,
+    #[serde(skip_serializing_if = "LeaderHistory::is_empty")]
+    pub leaders: &'a LeaderHistory,
 }
 
 #[cfg(test)]
@@ -247,6 +254,7 @@ mod tests {
             last_applied: &last_applied,
             last_membership: &last_membership,
             data: &data,
+            leaders: &LeaderHistory::default(),
         })
         .unwrap_or_else(|e| panic!("encode: {e}"));
         let job_json = String::from_utf8(encode(&data.jobs.values().next()).unwrap_or_default())
@@ -256,6 +264,31 @@ mod tests {
         );
         assert_eq!(String::from_utf8_lossy(&bytes), golden);
         let back: SnapshotPayload = decode(&bytes).unwrap_or_else(|e| panic!("decode: {e}"));
-        assert_eq!(back, SnapshotPayload { version: 1, last_applied, last_membership, data });
+        assert_eq!(
+            back,
+            SnapshotPayload {
+                version: 1,
+                last_applied,
+                last_membership: last_membership.clone(),
+                data: data.clone(),
+                leaders: LeaderHistory::default()
+            }
+        );
+
+        // With a leader history, it follows the data.
+        let mut leaders = LeaderHistory::default();
+        leaders.record(&log_id(1, 1, 1));
+        let bytes = encode(&SnapshotPayloadRef {
+            version: SNAPSHOT_VERSION,
+            last_applied: &last_applied,
+            last_membership: &last_membership,
+            data: &data,
+            leaders: &leaders,
+        })
+        .unwrap_or_else(|e| panic!("encode: {e}"));
+        let text = String::from_utf8_lossy(&bytes);
+        assert!(text.ends_with(r#"}}},"leaders":[{"term":1,"leader_id":1,"first_index":1}]}"#), "{text}");
+        let back: SnapshotPayload = decode(&bytes).unwrap_or_else(|e| panic!("decode: {e}"));
+        assert_eq!(back.leaders, leaders);
     }
 }

@@ -9,11 +9,12 @@
 //! | [`LOG_TREE`] | log index, big-endian `u64` (8 bytes, so byte order is index order) | `openraft::Entry<TypeConfig>` |
 //! | [`RAFT_META_TREE`] | [`VOTE_KEY`], [`COMMITTED_KEY`], [`LAST_PURGED_KEY`], [`FORMAT_KEY`] | `Vote`, `LogId`, `LogId`, `u64` |
 //! | [`SM_JOBS_TREE`] | job id (UTF-8) | `JobRecord` |
-//! | [`SM_META_TREE`] | [`APPLIED_KEY`] | `{ last_applied, last_membership }` |
+//! | [`SM_META_TREE`] | [`APPLIED_KEY`], [`LEADERS_KEY`] | `{ last_applied, last_membership }`, `[{ term, leader_id, first_index }]` (absent while empty) |
 //! | [`SNAPSHOT_TREE`] | [`SNAPSHOT_META_KEY`], [`SNAPSHOT_DATA_KEY`], [`SNAPSHOT_SEQ_KEY`] | `SnapshotMeta`, snapshot bytes, `u64` |
 //!
-//! The snapshot bytes are themselves JSON: `{ version, last_applied, last_membership, data }`
-//! where `data` is the whole `StateMachineData`.
+//! The snapshot bytes are themselves JSON: `{ version, last_applied, last_membership, data,
+//! leaders }` where `data` is the whole `StateMachineData` and `leaders` the leader history
+//! (absent while empty).
 
 use std::sync::Arc;
 
@@ -39,6 +40,8 @@ pub const COMMITTED_KEY: &str = "committed";
 pub const LAST_PURGED_KEY: &str = "last_purged";
 pub const FORMAT_KEY: &str = "format";
 pub const APPLIED_KEY: &str = "applied";
+/// The leader history ([`crate::LeaderTerm`]s, oldest first); written only when it changes.
+pub const LEADERS_KEY: &str = "leaders";
 pub const SNAPSHOT_META_KEY: &str = "meta";
 pub const SNAPSHOT_DATA_KEY: &str = "data";
 /// Counter making snapshot ids unique across rebuilds at the same log id.

@@ -27,6 +27,7 @@ mod codec;
 mod durable;
 mod group_commit;
 pub mod layout;
+mod leaders;
 mod log_store;
 mod state_machine;
 
@@ -35,6 +36,7 @@ use std::path::{Path, PathBuf};
 use cairn_raft::types::StorageError;
 
 pub use durable::SyncError;
+pub use leaders::{LEADER_HISTORY_LEN, LeaderTerm};
 pub use log_store::LogStore;
 pub use state_machine::{SnapshotBuilder, StateMachineStore, StateReader, check_snapshot};
 

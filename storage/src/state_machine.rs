@@ -38,13 +38,17 @@ use sled::IVec;
 use sled::transaction::{ConflictableTransactionError, TransactionError, Transactional};
 
 use crate::codec::{self, AppliedState, SNAPSHOT_VERSION, SnapshotPayload, SnapshotPayloadRef};
-use crate::layout::{APPLIED_KEY, FlushError, SNAPSHOT_DATA_KEY, SNAPSHOT_META_KEY, SNAPSHOT_SEQ_KEY, Trees};
+use crate::layout::{
+    APPLIED_KEY, FlushError, LEADERS_KEY, SNAPSHOT_DATA_KEY, SNAPSHOT_META_KEY, SNAPSHOT_SEQ_KEY, Trees,
+};
+use crate::leaders::{LeaderHistory, LeaderTerm};
 
 /// What the state machine holds in memory; mirrors the state-machine trees.
 #[derive(Debug, Default)]
 struct SmState {
     data: StateMachineData,
     applied: AppliedState,
+    leaders: LeaderHistory,
 }
 
 type Shared = Arc<RwLock<SmState>>;
@@ -93,8 +97,17 @@ impl StateMachineStore {
                 })?,
                 None => AppliedState::default(),
             };
+        let leaders: LeaderHistory =
+            match trees.sm_meta.get(LEADERS_KEY).map_err(|e| StorageIOError::read_state_machine(&e))? {
+                Some(raw) => codec::decode(&raw).map_err(|e| {
+                    tracing::error!(error = %e, "corrupt leader-history record");
+                    StorageIOError::read_state_machine(AnyError::new(&e).add_context(|| "leader history"))
+                })?,
+                None => LeaderHistory::default(),
+            };
+        leaders.check().map_err(|e| StorageIOError::read_state_machine(AnyError::error(e)))?;
         read_snapshot_meta(&trees.snapshot)?;
-        let state = Arc::new(RwLock::new(SmState { data, applied }));
+        let state = Arc::new(RwLock::new(SmState { data, applied, leaders }));
         Ok(Self { trees: trees.clone(), state })
     }
 
@@ -131,14 +144,15 @@ impl StateMachineStore {
                 _ => Vec::new(),
             })
             .collect();
-        let (mut work, mut applied) = {
+        let (mut work, mut applied, mut leaders) = {
             let state = read(&self.state);
             let jobs: BTreeMap<JobId, JobRecord> = touched
                 .iter()
                 .filter_map(|id| state.data.jobs.get(id).map(|j| (id.clone(), j.clone())))
                 .collect();
-            (StateMachineData { jobs }, state.applied.clone())
+            (StateMachineData { jobs }, state.applied.clone(), state.leaders.clone())
         };
+        let mut new_leader = false;
 
         // `StateMachineData::apply` only reads and writes `cmd.jobs()`, so applying to a copy
         // holding just the touched jobs computes exactly what applying to the whole state would.
@@ -146,7 +160,11 @@ impl StateMachineStore {
         for entry in &entries {
             applied.last_applied = Some(entry.log_id);
             let response = match &entry.payload {
-                EntryPayload::Blank => CommandResponse::done(),
+                EntryPayload::Blank => {
+                    // Each new leader appends a blank entry first: the start of its term.
+                    new_leader |= leaders.record(&entry.log_id);
+                    CommandResponse::done()
+                }
                 EntryPayload::Membership(membership) => {
                     applied.last_membership = StoredMembership::new(Some(entry.log_id), membership.clone());
                     CommandResponse::done()
@@ -175,6 +193,10 @@ impl StateMachineStore {
             rows.push((id.clone(), value));
         }
         let applied_bytes = IVec::from(codec::encode(&applied).map_err(|e| apply_err(&e))?);
+        let leaders_bytes = match new_leader {
+            true => Some(IVec::from(codec::encode(&leaders).map_err(|e| apply_err(&e))?)),
+            false => None,
+        };
         (&self.trees.jobs, &self.trees.sm_meta)
             .transaction(|(jobs, meta)| {
                 for (id, value) in &rows {
@@ -184,6 +206,9 @@ impl StateMachineStore {
                     };
                 }
                 meta.insert(APPLIED_KEY, applied_bytes.clone())?;
+                if let Some(bytes) = &leaders_bytes {
+                    meta.insert(LEADERS_KEY, bytes.clone())?;
+                }
                 Ok::<_, ConflictableTransactionError<Infallible>>(())
             })
             .map_err(|e: TransactionError<Infallible>| apply_err(&e))?;
@@ -199,6 +224,9 @@ impl StateMachineStore {
                 };
             }
             state.applied = applied;
+            if new_leader {
+                state.leaders = leaders;
+            }
         }
         tracing::trace!(entries = entries.len(), last = %last_log_id, "applied raft log entries");
         Ok(responses)
@@ -241,6 +269,7 @@ impl StateMachineStore {
         let applied =
             AppliedState { last_applied: meta.last_log_id, last_membership: meta.last_membership.clone() };
         let applied_bytes = IVec::from(codec::encode(&applied).map_err(|e| write_err(&e))?);
+        let leaders_bytes = IVec::from(codec::encode(&payload.leaders).map_err(|e| write_err(&e))?);
         let meta_bytes = IVec::from(codec::encode(meta).map_err(|e| write_err(&e))?);
         let data_bytes = IVec::from(bytes);
 
@@ -253,6 +282,7 @@ impl StateMachineStore {
                     jobs.insert(key, value.clone())?;
                 }
                 sm_meta.insert(APPLIED_KEY, applied_bytes.clone())?;
+                sm_meta.insert(LEADERS_KEY, leaders_bytes.clone())?;
                 snapshot.insert(SNAPSHOT_META_KEY, meta_bytes.clone())?;
                 snapshot.insert(SNAPSHOT_DATA_KEY, data_bytes.clone())?;
                 Ok::<_, ConflictableTransactionError<Infallible>>(())
@@ -264,6 +294,7 @@ impl StateMachineStore {
             let mut state = write(&self.state);
             state.data = payload.data;
             state.applied = applied;
+            state.leaders = payload.leaders;
         }
         tracing::info!(
             snapshot_id = %meta.snapshot_id,
@@ -289,6 +320,7 @@ fn check_payload(meta: &SnapshotMeta, payload: &SnapshotPayload) -> Result<(), A
             payload.last_applied, payload.last_membership, meta.last_log_id, meta.last_membership
         )));
     }
+    payload.leaders.check().map_err(AnyError::error)?;
     Ok(())
 }
 
@@ -419,6 +451,7 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
                 last_applied: &state.applied.last_applied,
                 last_membership: &state.applied.last_membership,
                 data: &state.data,
+                leaders: &state.leaders,
             })
             .map_err(|e| StorageIOError::write_snapshot(None, &e))?;
             (bytes, state.applied.clone())
@@ -517,6 +550,11 @@ impl StateReader {
     /// The membership as of the last applied membership entry.
     pub fn last_membership(&self) -> StoredMembership {
         read(&self.state).applied.last_membership.clone()
+    }
+
+    /// The terms that had a leader, newest first (at most [`crate::LEADER_HISTORY_LEN`]).
+    pub fn leader_history(&self) -> Vec<LeaderTerm> {
+        read(&self.state).leaders.newest_first()
     }
 
     /// A copy of the whole state.

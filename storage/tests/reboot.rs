@@ -4,7 +4,7 @@ mod common;
 
 use cairn_raft::model::{CommandResponse, Outcome};
 use cairn_raft::types::Vote;
-use cairn_storage::open;
+use cairn_storage::{LeaderTerm, open};
 use common::*;
 use openraft::storage::{RaftLogStorage, RaftStateMachine};
 use openraft::{RaftLogReader, RaftSnapshotBuilder};
@@ -53,6 +53,7 @@ async fn state_survives_restart() {
         assert_eq!(wordcount.next_checkpoint_id, 4);
         assert_eq!(reader.jobs().len(), 2);
         assert_eq!(reader.last_applied(), Some(log_id(2, 9)));
+        assert_eq!(reader.leader_history(), [LeaderTerm { term: 1, leader_id: 1, first_index: 2 }]);
 
         let logs = log.try_get_log_entries(..).await.unwrap();
         let current = sm.get_current_snapshot().await.unwrap().unwrap();
@@ -77,19 +78,27 @@ async fn state_survives_restart() {
     assert_eq!(reader.data(), before_state);
     assert_eq!(reader.last_applied(), Some(log_id(2, 9)));
     assert_eq!(reader.job(&job_id("pagerank")).unwrap().next_checkpoint_id, 2);
+    assert_eq!(reader.leader_history(), [LeaderTerm { term: 1, leader_id: 1, first_index: 2 }]);
 
     let current = sm.get_current_snapshot().await.unwrap().unwrap();
     assert_eq!(current.meta, before_snapshot.meta);
     assert_eq!(current.snapshot.get_ref(), before_snapshot.snapshot.get_ref());
 
-    // The restarted node keeps going where it stopped.
-    let responses = sm.apply(vec![normal(2, 10, allocate("wordcount"))]).await.unwrap();
-    assert_eq!(responses[0], CommandResponse(Ok(Outcome::CheckpointId { id: 4 })));
+    // The restarted node keeps going where it stopped; term 2's blank entry is its leader's.
+    let responses = sm.apply(vec![blank(2, 10), normal(2, 11, allocate("wordcount"))]).await.unwrap();
+    assert_eq!(responses[1], CommandResponse(Ok(Outcome::CheckpointId { id: 4 })));
+    assert_eq!(
+        sm.reader().leader_history(),
+        [
+            LeaderTerm { term: 2, leader_id: 1, first_index: 10 },
+            LeaderTerm { term: 1, leader_id: 1, first_index: 2 }
+        ]
+    );
 
     // A new snapshot gets a fresh id even though the counter lives on disk.
     let next = sm.get_snapshot_builder().await.build_snapshot().await.unwrap();
     assert_ne!(next.meta.snapshot_id, before_snapshot.meta.snapshot_id);
-    assert_eq!(next.meta.snapshot_id, "2-10-2");
+    assert_eq!(next.meta.snapshot_id, "2-11-2");
 }
 
 #[tokio::test]

@@ -47,6 +47,11 @@ async fn snapshot_restores_identical_state_on_another_node() {
 
     assert_eq!(follower.reader().data(), leader.reader().data());
     assert!(follower.reader().job(&job_id("stale")).is_none());
+    assert_eq!(
+        follower.reader().leader_history(),
+        [cairn_storage::LeaderTerm { term: 2, leader_id: 1, first_index: 8 }],
+        "the leader history travels with the snapshot"
+    );
     assert_eq!(follower.applied_state().await.unwrap(), leader.applied_state().await.unwrap());
     let current = follower.get_current_snapshot().await.unwrap().unwrap();
     assert_eq!(current.meta, built.meta);
@@ -63,6 +68,7 @@ async fn snapshot_restores_identical_state_on_another_node() {
     drop((_follower_log, follower));
     let (_log, mut reopened) = open(follower_dir.path()).unwrap();
     assert_eq!(reopened.reader().data(), leader.reader().data());
+    assert_eq!(reopened.reader().leader_history(), leader.reader().leader_history());
     assert_eq!(reopened.applied_state().await.unwrap(), leader.applied_state().await.unwrap());
     assert_eq!(reopened.get_current_snapshot().await.unwrap().unwrap().meta, built.meta);
 }

@@ -465,6 +465,28 @@ async fn cluster_status_and_leadership_transfer() -> anyhow::Result<()> {
     assert_eq!(reply.leader_id, target);
     assert!(reply.term > st.term);
     assert_eq!(cluster.wait_leader(T).await?, target);
+
+    // The leader history, replicated: the new term first, the old leader's term after it.
+    let history = |st: &ClusterStatusReply| -> Vec<(u64, u64)> {
+        st.leader_history.iter().map(|t| (t.term, t.leader_id)).collect()
+    };
+    let now = wait::until("the new term in the leader history", T, || {
+        let mut c = c.clone();
+        async move {
+            let st = admin(&mut c, |mut a| async move { a.cluster_status(ClusterStatusRequest {}).await })
+                .await
+                .ok()?;
+            (st.leader_history.first().map(|t| t.term) == Some(reply.term)).then_some(st)
+        }
+    })
+    .await?;
+    let h = history(&now);
+    assert_eq!(&h[..2], [(reply.term, target), (st.term, leader)], "{now:?}");
+    assert!(
+        now.leader_history
+            .windows(2)
+            .all(|w| w[0].term > w[1].term && w[0].first_log_index > w[1].first_log_index)
+    );
     cluster.shutdown().await;
     Ok(())
 }

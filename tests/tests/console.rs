@@ -156,10 +156,13 @@ async fn a_followers_console_shows_the_cluster_its_jobs_checkpoints_and_workers(
     // Cluster: members, leader, term; the leader history fills in from the observer.
     let v = wait::until("the cluster view with three members", T, || async {
         let v = get("/api/cluster").send(at).await.ok()?.json().ok()?;
-        (v["nodes"].as_array().map(Vec::len) == Some(3)).then_some(v)
+        // The replicated history reaches this follower with the leader's first entry.
+        let replicated = v["leader_history"][0]["first_log_index"].is_u64();
+        (v["nodes"].as_array().map(Vec::len) == Some(3) && replicated).then_some(v)
     })
     .await?;
     assert_eq!(v["leader_id"], leader);
+    assert_eq!(v["leader_history"][0]["term"], v["term"], "{v}");
     assert!(v["term"].as_u64().unwrap_or(0) >= 1, "{v}");
     assert_eq!(v["leader_history"][0]["leader_id"], leader, "{v}");
     let page = get("/cluster").send(at).await?;

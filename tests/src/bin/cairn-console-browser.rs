@@ -137,7 +137,7 @@ async fn main() -> anyhow::Result<()> {
     anyhow::ensure!(leader_row.as_str().is_some_and(|t| t.contains("leader")), "leader row: {leader_row}");
     page.wait_for(
         "a leader in the history",
-        "document.querySelectorAll('#leader-history tbody tr').length >= 1",
+        "document.querySelectorAll('#leader-history tbody tr[data-term]').length >= 1",
         T,
     )
     .await?;

@@ -64,6 +64,17 @@ impl AdminService {
             snapshot_index: m.snapshot.map_or(0, |l| l.index),
             nodes: nodes(&m),
             millis_since_quorum_ack: m.millis_since_quorum_ack,
+            leader_history: self
+                .ctx
+                .reader
+                .leader_history()
+                .into_iter()
+                .map(|t| pb::LeaderTerm {
+                    term: t.term,
+                    leader_id: t.leader_id,
+                    first_log_index: t.first_index,
+                })
+                .collect(),
         })
     }
 

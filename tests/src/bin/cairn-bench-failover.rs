@@ -112,6 +112,17 @@ async fn until<T>(what: &str, mut f: impl AsyncFnMut() -> Option<T>) -> anyhow::
     }
 }
 
+/// Waits for a restarted replica to be within a few entries of the leader's log.
+async fn caught_up(c: &LeaderClient, node: u64) -> anyhow::Result<()> {
+    until("the restarted replica to catch up", async || {
+        let s = c.clone().status().await.ok()?;
+        let m = s.members.iter().find(|m| m.id == node)?;
+        (m.matched_index? + 5 >= s.last_log_index).then_some(())
+    })
+    .await?;
+    Ok(())
+}
+
 async fn job_running(c: &mut LeaderClient, min_term: u64, min_attempt: u32) -> Option<u32> {
     let r = c.job_runtimes().await.ok()?;
     let job = r.jobs.iter().find(|j| j.job_id == "demo")?;
@@ -174,12 +185,7 @@ async fn main() -> anyhow::Result<()> {
         first_cp.record((t3 - t0).as_millis() as u64)?;
         cluster.launch(old)?;
         // Let the restarted replica catch up before the next kill.
-        until("the restarted replica to catch up", async || {
-            let s = c.clone().status().await.ok()?;
-            let m = s.members.iter().find(|m| m.id == old)?;
-            (m.matched_index? + 5 >= s.last_log_index).then_some(())
-        })
-        .await?;
+        caught_up(&c, old).await?;
         eprintln!("leader kill {}/{}: done", i + 1, args.leader_kills);
     }
     let attempts = c.get_job("demo").await?.attempts;
@@ -208,12 +214,7 @@ async fn main() -> anyhow::Result<()> {
             gaps.record((t1 - before).as_millis() as u64)?;
         }
         cluster.launch(old)?;
-        until("the restarted replica to catch up", async || {
-            let s = c.clone().status().await.ok()?;
-            let m = s.members.iter().find(|m| m.id == old)?;
-            (m.matched_index? + 5 >= s.last_log_index).then_some(())
-        })
-        .await?;
+        caught_up(&c, old).await?;
         eprintln!("leader stop {}/{}: done", i + 1, args.leader_stops);
     }
     drop(completions);

@@ -114,7 +114,19 @@ async fn expiry(cluster: &ProcCluster) -> anyhow::Result<()> {
     let latest_before = u64_at(&before, &["latest_completed", "id"]);
 
     // Far too short a timeout: checkpoints expire; the default tolerance (0) fails the job over.
+    // A checkpoint of this job can complete within 30 ms on an idle machine, so the worker is
+    // also paused (SIGSTOP) until one has expired: no acknowledgement can arrive in time, however
+    // fast the machine. Resumed at once, well inside its heartbeat timeout.
     ctl.ok(&["job", "config", "tol", "--checkpoint-timeout", "30ms"]).await?;
+    let worker = cluster.workers.get("w1").ok_or_else(|| anyhow::anyhow!("no worker process"))?;
+    worker.pause()?;
+    let expired = wait::until("a checkpoint to expire while the worker is paused", T, || async {
+        let v = ctl.json(&["checkpoint", "list", "tol"]).await.ok()?;
+        (u64_at(&v, &["counts", "failed"]) >= 1).then_some(())
+    })
+    .await;
+    worker.resume()?;
+    expired?;
     let failed_over = wait::until("the job to fail over for its expired checkpoints", T, || async {
         let d = describe(&ctl, "tol").await.ok()?;
         let cause = str_at(&d, &["restart", "last_failure_cause"]).to_owned();

@@ -5,8 +5,8 @@
 //! (a) a new leader answering, (b) the job running again under it with all its tasks re-attached
 //! (no restart), (c) the first checkpoint completed under the new leader. Over M worker kills,
 //! the time from the kill to the job running again from its latest checkpoint on the other
-//! worker. Over E checkpoint expiries (the job's checkpoint timeout cut to 10 ms until the job
-//! fails over, as a slow disk would make checkpoints expire), the time from the failover to the
+//! worker. Over E checkpoint expiries (the job's checkpoint timeout cut to 10 ms and the worker
+//! paused until the job fails over, as a stalled disk would make checkpoints expire), the time from the failover to the
 //! job running again under the default restart strategy (exponential delay; the job completes a
 //! checkpoint between expiries, which resets the backoff, so each failover waits about the
 //! initial backoff of 1 s). Over S rolling-restart steps (the leader stopped with SIGTERM, so it
@@ -245,11 +245,16 @@ async fn main() -> anyhow::Result<()> {
     for _ in 0..args.expiries {
         let attempt = c.get_job("demo").await?.attempts;
         set_timeout(&mut c, "10ms").await?;
-        let (_, t0) = until("the job to fail over for an expired checkpoint", async || {
+        // A checkpoint can complete within 10 ms here: the worker is paused until one expired.
+        let worker = cluster.workers.get(&active).ok_or_else(|| anyhow::anyhow!("no worker {active}"))?;
+        worker.pause()?;
+        let failed_over = until("the job to fail over for an expired checkpoint", async || {
             let j = c.clone().get_job("demo").await.ok()?;
             (j.status == "restarting").then_some(())
         })
-        .await?;
+        .await;
+        worker.resume()?;
+        let (_, t0) = failed_over?;
         set_timeout(&mut c, "10s").await?;
         let (_, t1) = until("the job to run again after its backoff", async || {
             job_running(&mut c.clone(), 0, attempt + 1).await

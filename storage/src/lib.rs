@@ -7,7 +7,8 @@
 //! - [`StateMachineStore`] implements [`RaftStateMachine`](openraft::storage::RaftStateMachine):
 //!   it applies committed [`Command`](cairn_raft::model::Command)s to the job registry
 //!   ([`StateMachineData`](cairn_raft::model::StateMachineData)), persisting every touched job
-//!   row together with the last applied log id in one transaction, and keeps the current
+//!   row together with the last applied log id in one transaction, records the leader history
+//!   (each term's leader, from the blank entry it appends first), and keeps the current
 //!   snapshot durable. [`SnapshotBuilder`] builds snapshots from it.
 //! - [`StateReader`] is the read side the coordinator uses after linearizable reads.
 //!

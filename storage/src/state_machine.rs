@@ -193,9 +193,11 @@ impl StateMachineStore {
             rows.push((id.clone(), value));
         }
         let applied_bytes = IVec::from(codec::encode(&applied).map_err(|e| apply_err(&e))?);
-        let leaders_bytes = match new_leader {
-            true => Some(IVec::from(codec::encode(&leaders).map_err(|e| apply_err(&e))?)),
-            false => None,
+        // Written only in the rare batch that starts a term.
+        let leaders_bytes = if new_leader {
+            Some(IVec::from(codec::encode(&leaders).map_err(|e| apply_err(&e))?))
+        } else {
+            None
         };
         (&self.trees.jobs, &self.trees.sm_meta)
             .transaction(|(jobs, meta)| {

@@ -5,7 +5,7 @@
 //! (a) a new leader answering, (b) the job running again under it with all its tasks re-attached
 //! (no restart), (c) the first checkpoint completed under the new leader. Over M worker kills,
 //! the time from the kill to the job running again from its latest checkpoint on the other
-//! worker. Over E checkpoint expiries (the job's checkpoint timeout cut to 10 ms and the worker
+//! worker. Over E checkpoint expiries (the job's checkpoint timeout cut to 10 ms and the workers
 //! paused until the job fails over, as a stalled disk would make checkpoints expire), the time from the failover to the
 //! job running again under the default restart strategy (exponential delay; the job completes a
 //! checkpoint between expiries, which resets the backoff, so each failover waits about the
@@ -245,15 +245,19 @@ async fn main() -> anyhow::Result<()> {
     for _ in 0..args.expiries {
         let attempt = c.get_job("demo").await?.attempts;
         set_timeout(&mut c, "10ms").await?;
-        // A checkpoint can complete within 10 ms here: the worker is paused until one expired.
-        let worker = cluster.workers.get(&active).ok_or_else(|| anyhow::anyhow!("no worker {active}"))?;
-        worker.pause()?;
+        // A checkpoint can complete within 10 ms here: the workers are paused until one expired
+        // (all of them: a restart places the job on whichever has the most free slots).
+        for w in cluster.workers.values() {
+            w.pause()?;
+        }
         let failed_over = until("the job to fail over for an expired checkpoint", async || {
             let j = c.clone().get_job("demo").await.ok()?;
             (j.status == "restarting").then_some(())
         })
         .await;
-        worker.resume()?;
+        for w in cluster.workers.values() {
+            w.resume()?;
+        }
         let (_, t0) = failed_over?;
         set_timeout(&mut c, "10s").await?;
         let (_, t1) = until("the job to run again after its backoff", async || {

@@ -89,22 +89,8 @@ impl StateMachineStore {
             let job = decode_job(&key, &value)?;
             data.jobs.insert(job.id.clone(), job);
         }
-        let applied =
-            match trees.sm_meta.get(APPLIED_KEY).map_err(|e| StorageIOError::read_state_machine(&e))? {
-                Some(raw) => codec::decode(&raw).map_err(|e| {
-                    tracing::error!(error = %e, "corrupt applied-state record");
-                    StorageIOError::read_state_machine(AnyError::new(&e).add_context(|| "applied state"))
-                })?,
-                None => AppliedState::default(),
-            };
-        let leaders: LeaderHistory =
-            match trees.sm_meta.get(LEADERS_KEY).map_err(|e| StorageIOError::read_state_machine(&e))? {
-                Some(raw) => codec::decode(&raw).map_err(|e| {
-                    tracing::error!(error = %e, "corrupt leader-history record");
-                    StorageIOError::read_state_machine(AnyError::new(&e).add_context(|| "leader history"))
-                })?,
-                None => LeaderHistory::default(),
-            };
+        let applied: AppliedState = read_meta_record(&trees.sm_meta, APPLIED_KEY, "applied state")?;
+        let leaders: LeaderHistory = read_meta_record(&trees.sm_meta, LEADERS_KEY, "leader history")?;
         leaders.check().map_err(|e| StorageIOError::read_state_machine(AnyError::error(e)))?;
         read_snapshot_meta(&trees.snapshot)?;
         let state = Arc::new(RwLock::new(SmState { data, applied, leaders }));
@@ -144,14 +130,16 @@ impl StateMachineStore {
                 _ => Vec::new(),
             })
             .collect();
-        let (mut work, mut applied, mut leaders) = {
+        let (mut work, mut applied) = {
             let state = read(&self.state);
             let jobs: BTreeMap<JobId, JobRecord> = touched
                 .iter()
                 .filter_map(|id| state.data.jobs.get(id).map(|j| (id.clone(), j.clone())))
                 .collect();
-            (StateMachineData { jobs }, state.applied.clone(), state.leaders.clone())
+            (StateMachineData { jobs }, state.applied.clone())
         };
+        // Copied only in the rare batch holding a blank entry; written back only if it changed.
+        let mut leaders: Option<LeaderHistory> = None;
         let mut new_leader = false;
 
         // `StateMachineData::apply` only reads and writes `cmd.jobs()`, so applying to a copy
@@ -162,7 +150,8 @@ impl StateMachineStore {
             let response = match &entry.payload {
                 EntryPayload::Blank => {
                     // Each new leader appends a blank entry first: the start of its term.
-                    new_leader |= leaders.record(&entry.log_id);
+                    let history = leaders.get_or_insert_with(|| read(&self.state).leaders.clone());
+                    new_leader |= history.record(&entry.log_id);
                     CommandResponse::done()
                 }
                 EntryPayload::Membership(membership) => {
@@ -193,11 +182,10 @@ impl StateMachineStore {
             rows.push((id.clone(), value));
         }
         let applied_bytes = IVec::from(codec::encode(&applied).map_err(|e| apply_err(&e))?);
-        // Written only in the rare batch that starts a term.
-        let leaders_bytes = if new_leader {
-            Some(IVec::from(codec::encode(&leaders).map_err(|e| apply_err(&e))?))
-        } else {
-            None
+        let leaders = leaders.filter(|_| new_leader);
+        let leaders_bytes = match &leaders {
+            Some(history) => Some(IVec::from(codec::encode(history).map_err(|e| apply_err(&e))?)),
+            None => None,
         };
         (&self.trees.jobs, &self.trees.sm_meta)
             .transaction(|(jobs, meta)| {
@@ -226,8 +214,8 @@ impl StateMachineStore {
                 };
             }
             state.applied = applied;
-            if new_leader {
-                state.leaders = leaders;
+            if let Some(history) = leaders {
+                state.leaders = history;
             }
         }
         tracing::trace!(entries = entries.len(), last = %last_log_id, "applied raft log entries");
@@ -343,6 +331,22 @@ fn decode_job(key: &[u8], value: &[u8]) -> Result<JobRecord, StorageError> {
         .into());
     }
     Ok(job)
+}
+
+/// A record of the state-machine metadata tree, or its default while absent; one that does not
+/// decode is an error naming `what`, never treated as absent.
+fn read_meta_record<T: serde::de::DeserializeOwned + Default>(
+    tree: &sled::Tree,
+    key: &str,
+    what: &'static str,
+) -> Result<T, StorageError> {
+    let Some(raw) = tree.get(key).map_err(|e| StorageIOError::read_state_machine(&e))? else {
+        return Ok(T::default());
+    };
+    codec::decode(&raw).map_err(|e| {
+        tracing::error!(error = %e, record = what, "corrupt state-machine record");
+        StorageIOError::read_state_machine(AnyError::new(&e).add_context(|| what)).into()
+    })
 }
 
 fn read_snapshot_meta(tree: &sled::Tree) -> Result<Option<SnapshotMeta>, StorageError> {

@@ -32,6 +32,12 @@ pub enum NodeError {
 }
 
 impl NodeError {
+    /// Not the leader (or leading without its runtime up), and no leader to point at: the
+    /// caller retries and finds the leader.
+    pub fn leader_unknown() -> Self {
+        Self::NotLeader(LeaderHint { leader_id: None, leader_addr: None })
+    }
+
     pub fn forward(f: &ForwardToLeader<NodeId, Node>) -> Self {
         Self::NotLeader(LeaderHint {
             leader_id: f.leader_id,
@@ -88,7 +94,7 @@ impl From<RaftError<NodeId, CheckIsLeaderError<NodeId, Node>>> for NodeError {
             RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f)) => Self::forward(&f),
             // Leadership could not be confirmed with a quorum: the caller must look elsewhere.
             RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(q)) => {
-                Self::NotLeader(LeaderHint { leader_id: None, leader_addr: None }).with_context(q.to_string())
+                Self::leader_unknown().with_context(q.to_string())
             }
             RaftError::Fatal(f) => Self::Stopped(f.to_string()),
         }

@@ -21,7 +21,5 @@ pub async fn leader_runtime(
 ) -> Result<crate::leader::TermHandle, NodeError> {
     linearizable(ctx).await?;
     // Leading but the runtime for the term is not up yet (or just went down): retry.
-    let not_up =
-        NodeError::NotLeader(cairn_proto::leader_hint::LeaderHint { leader_id: None, leader_addr: None });
-    leader.current().ok_or(not_up)
+    leader.current().ok_or_else(NodeError::leader_unknown)
 }

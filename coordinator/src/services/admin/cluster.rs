@@ -147,9 +147,7 @@ impl AdminService {
     pub(super) async fn workers(&self) -> Result<pb::ListWorkersReply, NodeError> {
         let term = crate::services::leader_runtime(&self.ctx, &self.leader).await?;
         // The term ended between the two calls: the caller retries and finds the new leader.
-        let workers = term.workers().await.map_err(|_| {
-            NodeError::NotLeader(cairn_proto::leader_hint::LeaderHint { leader_id: None, leader_addr: None })
-        })?;
+        let workers = term.workers().await.map_err(|_| NodeError::leader_unknown())?;
         Ok(pb::ListWorkersReply { workers: workers.into_iter().map(convert::worker_status).collect() })
     }
 }

@@ -543,6 +543,18 @@ impl StateReader {
         read(&self.state).data.jobs.values().cloned().collect()
     }
 
+    /// The jobs a leader drives: not in a terminal status, and with a graph to deploy. Copies
+    /// only their ids (a leader asks on every tick; copying records would cost every job's spec).
+    pub fn drivable_jobs(&self) -> Vec<JobId> {
+        read(&self.state)
+            .data
+            .jobs
+            .values()
+            .filter(|r| !r.status.is_terminal() && !r.spec.graph.is_null())
+            .map(|r| r.id.clone())
+            .collect()
+    }
+
     /// Number of jobs in the registry.
     pub fn job_count(&self) -> usize {
         read(&self.state).data.jobs.len()
@@ -657,6 +669,29 @@ mod tests {
         assert!(sm.current_snapshot_meta().is_err());
         // Building a new snapshot must not paper over the unreadable current one.
         assert!(sm.get_snapshot_builder().await.build_snapshot().await.is_err());
+    }
+
+    /// The jobs a leader drives: those with a graph, until they end.
+    #[tokio::test]
+    async fn drivable_jobs_are_the_live_ones_with_a_graph() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let (_log, mut sm) = crate::open(dir.path()).unwrap();
+        let with_graph = |index: u64, job: &str| {
+            let mut entry = register(index, job);
+            if let EntryPayload::Normal(Command::RegisterJob { spec, .. }) = &mut entry.payload {
+                spec.graph = serde_json::json!({ "vertices": [] });
+            }
+            entry
+        };
+        let ended = Entry {
+            log_id: log_id(4),
+            payload: EntryPayload::Normal(Command::SetJobStatus {
+                job: JobId::new("c").unwrap(),
+                status: cairn_raft::model::JobStatus::Canceled,
+            }),
+        };
+        sm.apply(vec![register(1, "a"), with_graph(2, "b"), with_graph(3, "c"), ended]).await.unwrap();
+        assert_eq!(sm.reader().drivable_jobs(), vec![JobId::new("b").unwrap()]);
     }
 
     /// A rejected command is an ordinary response and leaves its job as it was.

@@ -10,6 +10,8 @@
 //!   stoppable and restartable from their data directories.
 //! - [`procs`]: real `cairn` processes, killed with SIGKILL and restarted.
 //! - [`scripted`]: a worker that speaks the task gateway protocol message by message.
+//! - [`simfleet`]: simulated workers (real gateway streams, tasks that do no work) for the scale
+//!   benchmark.
 //!
 //! The test suites live in `tests/tests/`; the benchmarks in `tests/src/bin/`.
 
@@ -21,6 +23,7 @@ pub mod http;
 pub mod inproc;
 pub mod procs;
 pub mod scripted;
+pub mod simfleet;
 pub mod wait;
 
 /// A channel straight to one replica at `addr` (no leader following) carrying the admin token,

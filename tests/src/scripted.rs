@@ -21,6 +21,8 @@ pub struct ScriptedWorker {
     pub term: u64,
     /// Address of that leader.
     pub leader_addr: String,
+    /// How often the leader wants a heartbeat (from its `registered`).
+    pub heartbeat_interval: Duration,
     tx: mpsc::Sender<WorkerMessage>,
     rx: Streaming<LeaderMessage>,
 }
@@ -91,15 +93,21 @@ impl ScriptedWorker {
         let mut rx = client.attach(bearer(ReceiverStream::new(rx), token)).await?.into_inner();
         let first = rx.message().await?.ok_or_else(|| tonic::Status::unavailable("stream ended"))?;
         match first.body {
-            Some(leader_message::Body::Registered(_)) => Ok(Self {
+            Some(leader_message::Body::Registered(r)) => Ok(Self {
                 worker_id: worker_id.to_owned(),
                 term: first.term,
                 leader_addr: addr.to_owned(),
+                heartbeat_interval: Duration::from_millis(r.heartbeat_interval_ms.max(1)),
                 tx,
                 rx,
             }),
             other => Err(tonic::Status::internal(format!("expected registered, got {other:?}"))),
         }
+    }
+
+    /// The stream's two halves, for a caller that runs its own loop over them.
+    pub fn into_parts(self) -> (mpsc::Sender<WorkerMessage>, Streaming<LeaderMessage>) {
+        (self.tx, self.rx)
     }
 
     pub async fn send(&self, body: worker_message::Body) -> anyhow::Result<()> {

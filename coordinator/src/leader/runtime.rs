@@ -151,13 +151,10 @@ impl Runtime {
 
     /// Starts a driver for every live job without one.
     fn discover_jobs(&mut self, at_term_start: bool) {
-        for record in self.ctx.reader.jobs() {
-            // A job without a graph is a registry entry only (its counter and checkpoint store
-            // are used through the Store API by an external runtime): there is nothing to deploy.
-            if record.status.is_terminal()
-                || record.spec.graph.is_null()
-                || self.jobs.contains_key(&record.id)
-            {
+        // A job without a graph is a registry entry only (its counter and checkpoint store are
+        // used through the Store API by an external runtime): there is nothing to deploy.
+        for job in self.ctx.reader.drivable_jobs() {
+            if self.jobs.contains_key(&job) {
                 continue;
             }
             let reattach = at_term_start && !self.grace_over;
@@ -165,11 +162,11 @@ impl Runtime {
                 self.ctx.clone(),
                 self.options.clone(),
                 self.handle.clone(),
-                record.id.clone(),
+                job.clone(),
                 reattach,
             );
-            tracing::info!(job = %record.id, term = self.handle.term, reattach, "starting job driver");
-            self.jobs.insert(record.id.clone(), handle);
+            tracing::info!(job = %job, term = self.handle.term, reattach, "starting job driver");
+            self.jobs.insert(job, handle);
             self.drivers.spawn(driver.run());
         }
     }

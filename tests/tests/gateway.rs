@@ -9,9 +9,9 @@ use anyhow::Context;
 use cairn_client::LeaderClient;
 use cairn_proto::leader_hint::parse_not_leader;
 use cairn_proto::v1::task_gateway_client::TaskGatewayClient;
-use cairn_proto::v1::{Heartbeat, WorkerMessage, worker_message};
+use cairn_proto::v1::{Heartbeat, Report, WorkerMessage, worker_message};
 use cairn_protocol::checkpoint::{SubtaskState, TaskCheckpointMetrics};
-use cairn_protocol::messages::{Deployment, TaskMessage, ToTask};
+use cairn_protocol::messages::{Deployment, TaskMessage, TaskStatus, ToTask};
 use cairn_raft::model::JobId;
 use cairn_taskrt::demo::DemoJob;
 use cairn_taskrt::demo::source::SourceConfig;
@@ -20,6 +20,7 @@ use cairn_tests::inproc::{InProcCluster, test_timing};
 use cairn_tests::scripted::{
     FromLeader, ScriptedWorker, attached, attempt_id, bearer, report_all_running, subtasks,
 };
+use cairn_tests::wait;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Code;
 
@@ -299,6 +300,60 @@ async fn leader_stopped_between_ack_and_completion() -> anyhow::Result<()> {
     assert_eq!(notified, in_store, "notified ({notified}) must equal present in the store ({in_store})");
     let next = next_trigger.ok_or_else(|| anyhow::anyhow!("no trigger"))?;
     assert!(next > id, "checkpoint id {next} under the new leader is not above {id}");
+    cluster.shutdown().await;
+    Ok(())
+}
+
+/// Numbered reports sent back to back (the leader pipelines them) are answered in order: the
+/// refusal of an undecodable one arrives before it is confirmed, confirmations only grow, the
+/// last one covers every report, and the reports around the bad one take effect.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn numbered_reports_are_answered_in_order() -> anyhow::Result<()> {
+    init_test_logging();
+    let cluster = InProcCluster::start(1, test_timing()).await?;
+    cluster.wait_leader(T).await?;
+    let out = tempfile::tempdir()?;
+    let mut client = cluster.client()?;
+    client.register_job("j", &spec(out.path(), None)).await?;
+    let addrs: Vec<String> = cluster.addrs.values().map(|a| a.to_string()).collect();
+    let token = cluster.worker_token();
+    let mut w = ScriptedWorker::attach(&addrs, token.expose(), "w1", 8, vec![], T).await?;
+    let d = deployed(&mut w).await?;
+
+    let mut seq = 0u64;
+    let mut bad_seq = 0u64;
+    for (k, (v, i)) in subtasks(&d)?.into_iter().enumerate() {
+        if k == 1 {
+            seq += 1;
+            bad_seq = seq;
+            w.send(worker_message::Body::Report(Report { seq, json: b"{not json".to_vec() })).await?;
+        }
+        seq += 1;
+        let running = TaskMessage::Status { task: attempt_id(&d, &v, i), status: TaskStatus::Running };
+        w.send(worker_message::Body::Report(Report { seq, json: serde_json::to_vec(&running)? })).await?;
+    }
+    anyhow::ensure!(bad_seq > 0, "the job has fewer than two tasks");
+
+    let (mut confirmed, mut refusals) = (Vec::new(), Vec::new());
+    while confirmed.last() != Some(&seq) {
+        match w.next_non_heartbeat(T).await? {
+            FromLeader::Confirmed(up_to) => confirmed.push(up_to),
+            FromLeader::Error(e) => refusals.push((e, confirmed.last().copied().unwrap_or(0))),
+            _ => {}
+        }
+    }
+    assert!(confirmed.windows(2).all(|c| c[0] < c[1]), "confirmations go back: {confirmed:?}");
+    assert_eq!(refusals.len(), 1, "{refusals:?}");
+    let (refusal, confirmed_before) = &refusals[0];
+    assert_eq!(refusal.code, Code::InvalidArgument as i32, "{refusal:?}");
+    assert!(refusal.message.contains("report.json"), "{}", refusal.message);
+    assert!(*confirmed_before < bad_seq, "report {bad_seq} was confirmed before its refusal");
+    // Every running report was handled: the job runs.
+    wait::until("the job to run", T, || async {
+        let r = cluster.client().ok()?.job_runtimes().await.ok()?;
+        r.jobs.iter().any(|j| j.job_id == "j" && j.phase == "running").then_some(())
+    })
+    .await?;
     cluster.shutdown().await;
     Ok(())
 }

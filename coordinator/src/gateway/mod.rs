@@ -20,10 +20,8 @@ use std::time::Duration;
 use cairn_proto::leader_hint::{LeaderHint, not_leader_status};
 use cairn_proto::v1::task_gateway_server::{TaskGateway, TaskGatewayServer};
 use cairn_proto::v1::{
-    LeaderMessage, RegisterWorker, Registered, ReportsConfirmed, WorkerMessage, leader_message,
-    worker_message,
+    LeaderMessage, RegisterWorker, Registered, WorkerMessage, leader_message, worker_message,
 };
-use cairn_protocol::messages::TaskMessage;
 use cairn_raft::model::JobId;
 use futures::Stream;
 use tokio::sync::mpsc;
@@ -32,11 +30,11 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::auth::{WorkerAuth, WorkerIdentity};
-use crate::leader::job::error_message;
-use crate::leader::{LeaderHandle, TermHandle, WorkerInfo};
+use crate::leader::{LeaderHandle, WorkerInfo};
 use crate::replica::ReplicaContext;
 
 pub mod limit;
+mod reader;
 
 use limit::AttachLimiter;
 
@@ -143,86 +141,9 @@ impl TaskGateway for GatewayService {
         // The reader keeps only a weak sender, so the stream ends once the runtime lets go.
         let weak = tx.downgrade();
         drop(tx);
-        tokio::spawn(read_worker(term, worker_id, session, inbound, weak));
+        tokio::spawn(reader::read_worker(term, worker_id, session, inbound, weak));
         // The stream ends at the reader's close marker, even while leases still hold the outbox.
         let stream = ReceiverStream::new(rx).take_while(|m| m.body.is_some()).map(Ok);
         Ok(Response::new(Box::pin(stream)))
     }
-}
-
-/// Decodes a task report and hands it to its job; a refusal goes back to the worker.
-async fn handle_report(
-    term: &TermHandle,
-    worker_id: &str,
-    session: u64,
-    json: &[u8],
-    field: &str,
-    refuse: &impl Fn(Status),
-) {
-    match serde_json::from_slice::<TaskMessage>(json) {
-        Ok(report) => {
-            if let Err(status) = term.report(worker_id.to_owned(), session, report).await {
-                refuse(status);
-            }
-        }
-        Err(e) => refuse(Status::invalid_argument(format!("{field} is not a task message: {e}"))),
-    }
-}
-
-async fn read_worker(
-    term: TermHandle,
-    worker_id: String,
-    session: u64,
-    mut inbound: Streaming<WorkerMessage>,
-    outbox: mpsc::WeakSender<LeaderMessage>,
-) {
-    let refuse = |status: Status| {
-        tracing::info!(worker = %worker_id, code = ?status.code(), message = status.message(), "worker message refused");
-        if let Some(tx) = outbox.upgrade() {
-            let _ = tx.try_send(error_message(term.term, &status));
-        }
-    };
-    loop {
-        let msg = tokio::select! {
-            _ = term.closed() => break,
-            m = inbound.message() => m,
-        };
-        let body = match msg {
-            Ok(Some(m)) => m.body,
-            Ok(None) => break,
-            Err(status) => {
-                // E.g. an oversized or undecodable message: tell the worker precisely why its
-                // stream ends (it reconnects and registers again).
-                tracing::info!(worker = %worker_id, error = %status, "worker stream failed");
-                refuse(status);
-                break;
-            }
-        };
-        match body {
-            Some(worker_message::Body::Heartbeat(_)) => term.heartbeat(worker_id.clone(), session).await,
-            Some(worker_message::Body::ReportJson(bytes)) => {
-                handle_report(&term, &worker_id, session, &bytes, "report_json", &refuse).await
-            }
-            Some(worker_message::Body::Report(report)) => {
-                handle_report(&term, &worker_id, session, &report.json, "report.json", &refuse).await;
-                // Handled, accepted or refused: the worker may forget it. A full outbox skips
-                // this confirmation; the next one covers it.
-                if let Some(tx) = outbox.upgrade() {
-                    let confirmed = ReportsConfirmed { up_to: report.seq };
-                    let _ = tx.try_send(term.leader_message(leader_message::Body::Confirmed(confirmed)));
-                }
-            }
-            Some(worker_message::Body::Register(_)) => refuse(Status::failed_precondition(
-                "already registered on this stream; open a new stream to re-register",
-            )),
-            None => refuse(Status::invalid_argument("empty worker message")),
-        }
-    }
-    term.detach(worker_id.clone(), session).await;
-    if let Some(tx) = outbox.upgrade() {
-        // Close marker: ends the response stream so the worker reconnects.
-        let marker = LeaderMessage { term: term.term, body: None };
-        let _ = tokio::time::timeout(Duration::from_secs(1), tx.send(marker)).await;
-    }
-    tracing::debug!(worker = %worker_id, session, "worker stream reader ended");
 }

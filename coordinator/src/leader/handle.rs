@@ -157,8 +157,18 @@ impl TermHandle {
     }
 
     /// Hands a task report to its job; the error is a precise refusal for the worker.
-    pub async fn report(&self, worker_id: String, session: u64, msg: TaskMessage) -> Result<(), Status> {
-        self.ask(|reply| RuntimeCmd::Report { worker_id, session, msg: Box::new(msg), reply }).await?
+    /// Hands a report to the runtime (waiting only for room in its queue) and returns where its
+    /// outcome will arrive: reports submitted in order are handled in order.
+    pub async fn submit_report(
+        &self,
+        worker_id: String,
+        session: u64,
+        msg: TaskMessage,
+    ) -> Result<oneshot::Receiver<Result<(), Status>>, Status> {
+        let (reply, outcome) = oneshot::channel();
+        let cmd = RuntimeCmd::Report { worker_id, session, msg: Box::new(msg), reply };
+        self.tx.send(cmd).await.map_err(|_| gone())?;
+        Ok(outcome)
     }
 
     pub(crate) async fn acquire_worker(&self, job: JobId, slots: u32) -> Option<WorkerLease> {

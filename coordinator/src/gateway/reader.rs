@@ -1,0 +1,157 @@
+//! The reading side of one worker stream: heartbeats and task reports in, to the term's
+//! runtime.
+//!
+//! Reports are pipelined: the reader hands each one to the runtime and goes on reading, while
+//! one answering task awaits the outcomes in arrival order (at most [`IN_FLIGHT`] outstanding)
+//! and then sends what the worker must hear: an `error` for a refused report, `confirmed` for a
+//! numbered one (handled, accepted or refused). The runtime and the job drivers take messages
+//! in order, so a worker's reports are still handled in the order it sent them; what the
+//! pipeline removes is the wait for each report's round trip through the runtime and its job
+//! driver before the next one is read. A worker with a hundred tasks sends a hundred
+//! acknowledgements per checkpoint.
+
+use std::time::Duration;
+
+use cairn_proto::v1::{LeaderMessage, ReportsConfirmed, WorkerMessage, leader_message, worker_message};
+use cairn_protocol::messages::TaskMessage;
+use tokio::sync::{mpsc, oneshot};
+use tonic::{Status, Streaming};
+
+use crate::leader::TermHandle;
+use crate::leader::job::error_message;
+
+/// Reports handed to the runtime whose outcome is not known yet, per stream.
+pub const IN_FLIGHT: usize = 256;
+
+/// Sends refusals to the worker on its stream (while the stream is open).
+#[derive(Clone)]
+struct Refuser {
+    term: u64,
+    worker_id: String,
+    outbox: mpsc::WeakSender<LeaderMessage>,
+}
+
+impl Refuser {
+    fn refuse(&self, status: &Status) {
+        tracing::info!(worker = %self.worker_id, code = ?status.code(), message = status.message(), "worker message refused");
+        if let Some(tx) = self.outbox.upgrade() {
+            let _ = tx.try_send(error_message(self.term, status));
+        }
+    }
+
+    /// A full outbox skips a confirmation; the next one covers it.
+    fn confirm(&self, term: &TermHandle, up_to: u64) {
+        if let Some(tx) = self.outbox.upgrade() {
+            let confirmed = ReportsConfirmed { up_to };
+            let _ = tx.try_send(term.leader_message(leader_message::Body::Confirmed(confirmed)));
+        }
+    }
+}
+
+/// One report on its way: its outcome, and its number when the worker numbered it.
+struct InFlight {
+    outcome: oneshot::Receiver<Result<(), Status>>,
+    seq: Option<u64>,
+}
+
+/// An outcome known already (a report that did not decode, or a runtime that is gone).
+fn settled(outcome: Result<(), Status>) -> oneshot::Receiver<Result<(), Status>> {
+    let (tx, rx) = oneshot::channel();
+    let _ = tx.send(outcome);
+    rx
+}
+
+/// Decodes a report and hands it to the runtime.
+async fn submit(
+    term: &TermHandle,
+    worker_id: &str,
+    session: u64,
+    json: &[u8],
+    field: &str,
+) -> InFlightOutcome {
+    match serde_json::from_slice::<TaskMessage>(json) {
+        Ok(report) => match term.submit_report(worker_id.to_owned(), session, report).await {
+            Ok(outcome) => outcome,
+            Err(status) => settled(Err(status)),
+        },
+        Err(e) => settled(Err(Status::invalid_argument(format!("{field} is not a task message: {e}")))),
+    }
+}
+
+type InFlightOutcome = oneshot::Receiver<Result<(), Status>>;
+
+/// Awaits the outcomes in order and answers the worker.
+async fn answer(term: TermHandle, refuser: Refuser, mut pending: mpsc::Receiver<InFlight>) {
+    while let Some(report) = pending.recv().await {
+        let outcome = report.outcome.await.unwrap_or_else(|_| {
+            Err(Status::unavailable("the leader's runtime stopped before handling the report"))
+        });
+        if let Err(status) = outcome {
+            refuser.refuse(&status);
+        }
+        if let Some(seq) = report.seq {
+            refuser.confirm(&term, seq);
+        }
+    }
+}
+
+/// Reads the worker's stream until it ends, the worker breaks it, or the term ends; then
+/// detaches the session and closes the leader's side of the stream.
+pub async fn read_worker(
+    term: TermHandle,
+    worker_id: String,
+    session: u64,
+    mut inbound: Streaming<WorkerMessage>,
+    outbox: mpsc::WeakSender<LeaderMessage>,
+) {
+    let refuser = Refuser { term: term.term, worker_id: worker_id.clone(), outbox: outbox.clone() };
+    let (pending, pending_rx) = mpsc::channel(IN_FLIGHT);
+    let answering = tokio::spawn(answer(term.clone(), refuser.clone(), pending_rx));
+    loop {
+        let msg = tokio::select! {
+            _ = term.closed() => break,
+            m = inbound.message() => m,
+        };
+        let body = match msg {
+            Ok(Some(m)) => m.body,
+            Ok(None) => break,
+            Err(status) => {
+                tracing::info!(worker = %worker_id, error = %status, "worker stream failed");
+                refuser.refuse(&status);
+                break;
+            }
+        };
+        let (json, field, seq) = match body {
+            Some(worker_message::Body::Heartbeat(_)) => {
+                term.heartbeat(worker_id.clone(), session).await;
+                continue;
+            }
+            Some(worker_message::Body::ReportJson(bytes)) => (bytes, "report_json", None),
+            Some(worker_message::Body::Report(report)) => (report.json, "report.json", Some(report.seq)),
+            Some(worker_message::Body::Register(_)) => {
+                refuser.refuse(&Status::failed_precondition(
+                    "already registered on this stream; open a new stream to re-register",
+                ));
+                continue;
+            }
+            None => {
+                refuser.refuse(&Status::invalid_argument("empty worker message"));
+                continue;
+            }
+        };
+        let outcome = submit(&term, &worker_id, session, &json, field).await;
+        if pending.send(InFlight { outcome, seq }).await.is_err() {
+            break;
+        }
+    }
+    // Every report read was handed over: answer them all before the stream closes.
+    drop(pending);
+    let _ = answering.await;
+    term.detach(worker_id.clone(), session).await;
+    if let Some(tx) = outbox.upgrade() {
+        // Close marker: ends the response stream so the worker reconnects.
+        let marker = LeaderMessage { term: term.term, body: None };
+        let _ = tokio::time::timeout(Duration::from_secs(1), tx.send(marker)).await;
+    }
+    tracing::debug!(worker = %worker_id, session, "worker stream reader ended");
+}

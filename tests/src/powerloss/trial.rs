@@ -559,13 +559,17 @@ fn check_acknowledged_log(view: &StoreView, sample: Option<&Sample>, when: &str,
             ),
         );
     }
+    // The cluster API reports a follower the leader has heard nothing from yet as matched at 0: a
+    // replica that lost power just as a new leader was elected never acknowledged that leader,
+    // and need not have its vote. Anything it did acknowledge in that term is past index 0 (the
+    // term's first entry at least).
     let term = view.vote_term.unwrap_or(0);
-    if term < sample.term {
+    if matched > 0 && term < sample.term {
         findings.add(
             Invariant::Store,
             format!(
-                "{when}: replica {} came back with a vote of term {term}, but it had acknowledged leader {} of \
-                 term {}",
+                "{when}: replica {} came back with a vote of term {term}, but it had acknowledged index \
+                 {matched} to leader {} of term {}",
                 view.node, sample.leader, sample.term
             ),
         );
@@ -629,6 +633,35 @@ fn check_store_against_acks(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn view(node: u64, last: u64, vote_term: u64) -> StoreView {
+        StoreView {
+            node,
+            last_log_index: Some(last),
+            last_log_term: Some(vote_term),
+            vote_term: Some(vote_term),
+            last_applied: None,
+            jobs: BTreeMap::new(),
+        }
+    }
+
+    fn sample(term: u64, matched: u64) -> Sample {
+        Sample { at: Instant::now(), leader: 3, term, commit_index: 500, matched: [(1, matched)].into() }
+    }
+
+    /// A replica must come back with the vote of a leader it acknowledged entries to; one the
+    /// new leader had not heard from yet (matched 0 in the cluster API) acknowledged nothing.
+    #[test]
+    fn a_vote_is_owed_only_to_a_leader_that_was_acknowledged() {
+        let mut findings = Findings { violations: Vec::new() };
+        check_acknowledged_log(&view(1, 400, 1), Some(&sample(2, 0)), "after", &mut findings);
+        assert!(findings.violations.is_empty(), "{:?}", findings.violations);
+        check_acknowledged_log(&view(1, 420, 1), Some(&sample(2, 410)), "after", &mut findings);
+        assert_eq!(findings.violations.len(), 1, "{:?}", findings.violations);
+        assert!(findings.violations[0].detail.contains("vote of term 1"), "{:?}", findings.violations);
+        check_acknowledged_log(&view(1, 420, 2), Some(&sample(2, 410)), "after", &mut findings);
+        assert_eq!(findings.violations.len(), 1, "a replica with the leader's vote is fine");
+    }
 
     #[test]
     fn colour_codes_are_stripped_from_logs() {

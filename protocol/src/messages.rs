@@ -181,23 +181,22 @@ impl<'de> Deserialize<'de> for TaskMessage {
 
         let f = Fields::deserialize(deserializer)?;
         let kind = required(f.kind, "type")?;
-        if !matches!(kind.as_str(), "acknowledge" | "decline" | "status") {
-            return Err(D::Error::unknown_variant(&kind, &["acknowledge", "decline", "status"]));
-        }
-        let task = required(f.task, "task")?;
         Ok(match kind.as_str() {
             "acknowledge" => TaskMessage::Acknowledge {
-                task,
+                task: required(f.task, "task")?,
                 checkpoint_id: required(f.checkpoint_id, "checkpoint_id")?,
                 state: required(f.state, "state")?,
                 metrics: required(f.metrics, "metrics")?,
             },
             "decline" => TaskMessage::Decline {
-                task,
+                task: required(f.task, "task")?,
                 checkpoint_id: required(f.checkpoint_id, "checkpoint_id")?,
                 reason: required(f.reason, "reason")?,
             },
-            _ => TaskMessage::Status { task, status: required(f.status, "status")? },
+            "status" => {
+                TaskMessage::Status { task: required(f.task, "task")?, status: required(f.status, "status")? }
+            }
+            other => return Err(D::Error::unknown_variant(other, &["acknowledge", "decline", "status"])),
         })
     }
 }

@@ -21,54 +21,51 @@ use crate::leader::TermHandle;
 use crate::leader::job::error_message;
 
 /// Reports handed to the runtime whose outcome is not known yet, per stream.
-pub const IN_FLIGHT: usize = 256;
+const IN_FLIGHT: usize = 256;
 
-/// Sends refusals to the worker on its stream (while the stream is open).
+/// Where a report's outcome arrives: `Err` is a refusal for the worker.
+type Outcome = oneshot::Receiver<Result<(), Status>>;
+
+/// Sends refusals and confirmations to the worker on its stream (while the stream is open).
 #[derive(Clone)]
-struct Refuser {
-    term: u64,
+struct Replies {
+    term: TermHandle,
     worker_id: String,
     outbox: mpsc::WeakSender<LeaderMessage>,
 }
 
-impl Refuser {
+impl Replies {
     fn refuse(&self, status: &Status) {
         tracing::info!(worker = %self.worker_id, code = ?status.code(), message = status.message(), "worker message refused");
         if let Some(tx) = self.outbox.upgrade() {
-            let _ = tx.try_send(error_message(self.term, status));
+            let _ = tx.try_send(error_message(self.term.term, status));
         }
     }
 
     /// A full outbox skips a confirmation; the next one covers it.
-    fn confirm(&self, term: &TermHandle, up_to: u64) {
+    fn confirm(&self, up_to: u64) {
         if let Some(tx) = self.outbox.upgrade() {
             let confirmed = ReportsConfirmed { up_to };
-            let _ = tx.try_send(term.leader_message(leader_message::Body::Confirmed(confirmed)));
+            let _ = tx.try_send(self.term.leader_message(leader_message::Body::Confirmed(confirmed)));
         }
     }
 }
 
 /// One report on its way: its outcome, and its number when the worker numbered it.
 struct InFlight {
-    outcome: oneshot::Receiver<Result<(), Status>>,
+    outcome: Outcome,
     seq: Option<u64>,
 }
 
 /// An outcome known already (a report that did not decode, or a runtime that is gone).
-fn settled(outcome: Result<(), Status>) -> oneshot::Receiver<Result<(), Status>> {
+fn settled(outcome: Result<(), Status>) -> Outcome {
     let (tx, rx) = oneshot::channel();
     let _ = tx.send(outcome);
     rx
 }
 
 /// Decodes a report and hands it to the runtime.
-async fn submit(
-    term: &TermHandle,
-    worker_id: &str,
-    session: u64,
-    json: &[u8],
-    field: &str,
-) -> InFlightOutcome {
+async fn submit(term: &TermHandle, worker_id: &str, session: u64, json: &[u8], field: &str) -> Outcome {
     match serde_json::from_slice::<TaskMessage>(json) {
         Ok(report) => match term.submit_report(worker_id.to_owned(), session, report).await {
             Ok(outcome) => outcome,
@@ -78,19 +75,17 @@ async fn submit(
     }
 }
 
-type InFlightOutcome = oneshot::Receiver<Result<(), Status>>;
-
 /// Awaits the outcomes in order and answers the worker.
-async fn answer(term: TermHandle, refuser: Refuser, mut pending: mpsc::Receiver<InFlight>) {
+async fn answer(replies: Replies, mut pending: mpsc::Receiver<InFlight>) {
     while let Some(report) = pending.recv().await {
         let outcome = report.outcome.await.unwrap_or_else(|_| {
             Err(Status::unavailable("the leader's runtime stopped before handling the report"))
         });
         if let Err(status) = outcome {
-            refuser.refuse(&status);
+            replies.refuse(&status);
         }
         if let Some(seq) = report.seq {
-            refuser.confirm(&term, seq);
+            replies.confirm(seq);
         }
     }
 }
@@ -104,9 +99,9 @@ pub async fn read_worker(
     mut inbound: Streaming<WorkerMessage>,
     outbox: mpsc::WeakSender<LeaderMessage>,
 ) {
-    let refuser = Refuser { term: term.term, worker_id: worker_id.clone(), outbox: outbox.clone() };
+    let replies = Replies { term: term.clone(), worker_id: worker_id.clone(), outbox: outbox.clone() };
     let (pending, pending_rx) = mpsc::channel(IN_FLIGHT);
-    let answering = tokio::spawn(answer(term.clone(), refuser.clone(), pending_rx));
+    let answering = tokio::spawn(answer(replies.clone(), pending_rx));
     loop {
         let msg = tokio::select! {
             _ = term.closed() => break,
@@ -117,7 +112,7 @@ pub async fn read_worker(
             Ok(None) => break,
             Err(status) => {
                 tracing::info!(worker = %worker_id, error = %status, "worker stream failed");
-                refuser.refuse(&status);
+                replies.refuse(&status);
                 break;
             }
         };
@@ -129,13 +124,13 @@ pub async fn read_worker(
             Some(worker_message::Body::ReportJson(bytes)) => (bytes, "report_json", None),
             Some(worker_message::Body::Report(report)) => (report.json, "report.json", Some(report.seq)),
             Some(worker_message::Body::Register(_)) => {
-                refuser.refuse(&Status::failed_precondition(
+                replies.refuse(&Status::failed_precondition(
                     "already registered on this stream; open a new stream to re-register",
                 ));
                 continue;
             }
             None => {
-                refuser.refuse(&Status::invalid_argument("empty worker message"));
+                replies.refuse(&Status::invalid_argument("empty worker message"));
                 continue;
             }
         };

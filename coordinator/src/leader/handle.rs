@@ -156,9 +156,9 @@ impl TermHandle {
         let _ = self.tx.send(RuntimeCmd::Heartbeat { worker_id, session }).await;
     }
 
-    /// Hands a task report to its job; the error is a precise refusal for the worker.
-    /// Hands a report to the runtime (waiting only for room in its queue) and returns where its
-    /// outcome will arrive: reports submitted in order are handled in order.
+    /// Hands a task report to the runtime (waiting only for room in its queue) and returns where its
+    /// outcome will arrive (an error is a precise refusal for the worker): reports submitted in
+    /// order are handled in order.
     pub async fn submit_report(
         &self,
         worker_id: String,

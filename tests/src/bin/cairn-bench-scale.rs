@@ -220,6 +220,11 @@ fn last_snapshot_bytes(log: &str) -> Option<u64> {
     digits.parse().ok()
 }
 
+/// The process id of replica `id`, as `/proc` names it.
+fn replica_pid(cluster: &ProcCluster, id: u64) -> Option<String> {
+    cluster.nodes.get(&id).and_then(|n| n.pid()).map(|p| p.to_string())
+}
+
 /// Per-process readings at one instant.
 struct Sample {
     at: Instant,
@@ -230,7 +235,7 @@ struct Sample {
 }
 
 fn sample(cluster: &ProcCluster, leader: u64, log_index: u64) -> Sample {
-    let pid = |id: &u64| cluster.nodes.get(id).and_then(|n| n.pid()).map(|p| p.to_string());
+    let pid = |id: &u64| replica_pid(cluster, *id);
     let ticks = cluster.nodes.keys().filter_map(|id| Some((*id, cpu_ticks(&pid(id)?)?))).collect();
     Sample {
         at: Instant::now(),
@@ -292,7 +297,7 @@ async fn measure_window(
             Some((*id, t.saturating_sub(*b) as f64 / TICKS_PER_SEC / seconds * 100.0))
         })
         .collect();
-    let pid = |id: &u64| cluster.nodes.get(id).and_then(|n| n.pid()).map(|p| p.to_string());
+    let pid = |id: &u64| replica_pid(cluster, *id);
     let rss = cluster.nodes.keys().filter_map(|id| Some((*id, rss_mib(&pid(id)?)?))).collect();
 
     let mut seen_by_workers = Histogram::<u64>::new(3)?;

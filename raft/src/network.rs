@@ -8,6 +8,16 @@
 //! task and its own channel, a dead peer never stalls replication to the others. With TLS
 //! configured, every channel is mutual TLS: the peer's certificate is checked against the
 //! cluster CA and this replica presents its own.
+//!
+//! openraft waits for an `AppendEntries` call one heartbeat interval (30 ms by default) and then
+//! sends the same range again, whatever its size. A follower that fell behind by more than it can
+//! decode, append and flush in that time would never catch up, and the leader would keep
+//! re-sending it the same range: a livelock that ends only with an election. So a call carries
+//! at most [`APPEND_BYTES_BUDGET`] encoded bytes when it holds more than one entry (a larger range
+//! is refused locally with openraft's `PayloadTooLarge` hint, which makes the next calls carry
+//! fewer entries), and a call with several entries that found no answer in three quarters of its
+//! time is reported the same way with half of them, so a slow follower gets smaller steps instead
+//! of the same one again.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -17,7 +27,8 @@ use cairn_proto::auth::ClusterCredentials;
 use cairn_proto::v1::RaftPayload;
 use cairn_proto::v1::raft_client::RaftClient;
 use openraft::error::{
-    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Timeout, Unreachable,
+    InstallSnapshotError, NetworkError, PayloadTooLarge, RPCError, RaftError, RemoteError, Timeout,
+    Unreachable,
 };
 use openraft::network::{Backoff, RPCOption, RPCTypes, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
@@ -30,6 +41,20 @@ use tonic::transport::Channel;
 
 use crate::codec;
 use crate::types::{Node, NodeId, TypeConfig};
+
+/// Encoded bytes an `AppendEntries` call with more than one entry may carry (see the module
+/// documentation); a single entry is always sent, whatever its size.
+pub const APPEND_BYTES_BUDGET: usize = 256 * 1024;
+
+/// How many of `entries` entries (encoded in `bytes`) to send next when the call is over the
+/// budget: proportionally fewer, at least one. `None` when the call fits.
+pub fn entries_within_budget(entries: usize, bytes: usize, budget: usize) -> Option<u64> {
+    if entries <= 1 || bytes <= budget {
+        return None;
+    }
+    let fit = (entries as u128 * budget as u128 / bytes as u128) as u64;
+    Some(fit.clamp(1, entries as u64 - 1))
+}
 
 /// Transport tuning shared by every peer connection.
 #[derive(Debug, Clone)]
@@ -147,17 +172,29 @@ impl PeerClient {
         Resp: DeserializeOwned,
         E: std::error::Error + DeserializeOwned,
     {
+        let data = encode_request(req)?;
+        self.send(kind, data, option.hard_ttl()).await
+    }
+
+    /// Sends an encoded request and waits at most `ttl` for its answer.
+    async fn send<Resp, E>(
+        &mut self,
+        kind: RPCTypes,
+        data: Vec<u8>,
+        ttl: Duration,
+    ) -> Result<Resp, RPCError<NodeId, Node, RaftError<NodeId, E>>>
+    where
+        Resp: DeserializeOwned,
+        E: std::error::Error + DeserializeOwned,
+    {
         let client = match &mut self.client {
             Ok(c) => c,
             Err(msg) => return Err(RPCError::Unreachable(Unreachable::new(&TransportError(msg.clone())))),
         };
-        let data =
-            codec::encode("raft request", req).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         let mut request = tonic::Request::new(RaftPayload { data });
         if let Some(c) = &self.config.credentials {
             c.apply(&mut request);
         }
-        let ttl = option.hard_ttl();
         request.set_timeout(ttl);
         let fut = async {
             match kind {
@@ -219,7 +256,30 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, Node, RaftError<NodeId>>> {
-        self.call(RPCTypes::AppendEntries, &rpc, &option).await
+        let entries = rpc.entries.len();
+        let data = encode_request(&rpc)?;
+        if let Some(hint) = entries_within_budget(entries, data.len(), APPEND_BYTES_BUDGET) {
+            tracing::debug!(
+                target_node = self.target,
+                entries,
+                bytes = data.len(),
+                hint,
+                "append range over the byte budget; splitting it"
+            );
+            return Err(too_large(hint));
+        }
+        if entries <= 1 {
+            return self.send(RPCTypes::AppendEntries, data, option.hard_ttl()).await;
+        }
+        // Give up before openraft does, so the retry can carry fewer entries.
+        match self.send(RPCTypes::AppendEntries, data, option.soft_ttl()).await {
+            Err(RPCError::Timeout(t)) => {
+                let hint = (entries / 2).max(1) as u64;
+                tracing::debug!(target_node = self.target, entries, hint, timeout = ?t.timeout, "append range not answered in time; sending fewer entries");
+                Err(too_large(hint))
+            }
+            other => other,
+        }
     }
 
     async fn install_snapshot(
@@ -246,6 +306,18 @@ impl RaftNetwork<TypeConfig> for PeerClient {
     }
 }
 
+// The error type is openraft's, the same every RPC method returns.
+#[allow(clippy::result_large_err)]
+fn encode_request<Req: Serialize, E: std::error::Error>(
+    req: &Req,
+) -> Result<Vec<u8>, RPCError<NodeId, Node, RaftError<NodeId, E>>> {
+    codec::encode("raft request", req).map_err(|e| RPCError::Network(NetworkError::new(&e)))
+}
+
+fn too_large<E: std::error::Error>(entries: u64) -> RPCError<NodeId, Node, RaftError<NodeId, E>> {
+    RPCError::PayloadTooLarge(PayloadTooLarge::new_entries_hint(entries))
+}
+
 /// Exponential backoff with full jitter in `[d/2, d]`, doubling from `min` up to `max`.
 pub fn backoff_delays(min: Duration, max: Duration) -> impl Iterator<Item = Duration> + Send + 'static {
     let mut next = min;
@@ -260,6 +332,20 @@ pub fn backoff_delays(min: Duration, max: Duration) -> impl Iterator<Item = Dura
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn append_ranges_over_the_budget_are_split_proportionally() {
+        // Within the budget, or a single entry: sent as is.
+        assert_eq!(entries_within_budget(300, 1000, 4096), None);
+        assert_eq!(entries_within_budget(1, 10_000_000, 4096), None);
+        assert_eq!(entries_within_budget(0, 10_000_000, 4096), None);
+        // Four times the budget: a quarter of the entries.
+        assert_eq!(entries_within_budget(300, 4 * 4096, 4096), Some(75));
+        // Far over it: one entry at a time, never zero.
+        assert_eq!(entries_within_budget(2, usize::MAX, 4096), Some(1));
+        // Barely over it: one entry fewer at least.
+        assert_eq!(entries_within_budget(300, 4097, 4096), Some(299));
+    }
 
     #[test]
     fn backoff_grows_and_is_capped() {

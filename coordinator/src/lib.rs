@@ -2,7 +2,9 @@
 //! contract crate (`cairn-protocol`) and never on the task runtime.
 //!
 //! - [`config`]: the `cairn` binary's configuration (file, env, flags, defaults, validation).
-//! - [`replica`]: what every part of a replica shares (context, proposing, linearizable reads).
+//! - [`replica`]: what every part of a replica shares (context, proposing, linearizable reads);
+//!   [`proposer`] packs concurrent proposals into one entry, [`read_barrier`] answers concurrent
+//!   linearizable reads with one leadership confirmation.
 //! - [`handoff`]: leadership transfer (the operator's call, and a leader asked to stop).
 //! - [`auth`]: the admin token and the bearer-token interceptor of the operator services.
 //! - [`node`]: wiring of the sled stores, Raft, the gRPC server and cluster bootstrap.
@@ -23,5 +25,6 @@ pub mod leader;
 pub mod metrics;
 pub mod node;
 pub mod proposer;
+pub mod read_barrier;
 pub mod replica;
 pub mod services;

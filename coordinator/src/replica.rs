@@ -1,7 +1,7 @@
 //! What every part of a replica shares: the [`ReplicaContext`] (its Raft handle, the applied
 //! state, its metrics, how it dials peers) and the two ways to act on the replicated state,
 //! [`propose`] and [`linearizable`]. A leaf: it depends on no other module of this crate but
-//! `error`, `metrics` and `proposer`, so services, the gateway and the leader runtime can all use it
+//! `error`, `metrics`, `proposer` and `read_barrier`, so services, the gateway and the leader runtime can all use it
 //! without depending on each other or on the node that wires them.
 
 use std::sync::Arc;
@@ -13,6 +13,7 @@ use cairn_storage::StateReader;
 use crate::error::NodeError;
 use crate::metrics::ReplicaMetrics;
 use crate::proposer::Proposer;
+use crate::read_barrier::ReadBarrier;
 
 /// What the services of one replica share. Cheap to clone.
 #[derive(Clone)]
@@ -37,6 +38,8 @@ pub struct ReplicaContext {
     pub default_restart_strategy: Option<Arc<cairn_protocol::restart::RestartStrategy>>,
     /// Submits this replica's commands, packing concurrent ones into one entry.
     pub proposer: Proposer,
+    /// Confirms leadership for linearizable reads, one round for all concurrent readers.
+    pub reads: ReadBarrier,
 }
 
 impl ReplicaContext {
@@ -64,8 +67,9 @@ pub async fn propose(ctx: &ReplicaContext, cmd: Command) -> Result<(Outcome, Log
 }
 
 /// Confirms leadership with a quorum and waits until the local state machine has applied
-/// everything committed before the call: reads after this are linearizable.
+/// everything committed before the call: reads after this are linearizable. Concurrent callers
+/// share one confirmation round ([`ReadBarrier`]).
 pub async fn linearizable(ctx: &ReplicaContext) -> Result<(), NodeError> {
-    ctx.raft.ensure_linearizable().await?;
+    ctx.reads.wait().await?;
     Ok(())
 }

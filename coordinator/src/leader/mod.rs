@@ -12,6 +12,7 @@
 mod api;
 mod handle;
 pub mod job;
+mod leases;
 mod liveness;
 pub mod runtime;
 
@@ -24,7 +25,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 pub use api::{JobView, StartRefusal, StartedReply, TaskView, TriggerKey, TriggerReply};
-pub use handle::{TermHandle, WorkerInfo, WorkerLease, WorkerSlots};
+pub use handle::{Session, TermHandle, WorkerInfo, WorkerLease, WorkerSlots};
 
 use crate::config::WorkerTiming;
 use crate::replica::ReplicaContext;
@@ -99,7 +100,7 @@ async fn supervise(
             }
             if let Some(term) = leading {
                 // Apply everything committed by earlier leaders before acting on the state.
-                match ctx.raft.ensure_linearizable().await {
+                match ctx.reads.wait().await {
                     Ok(_) if leading_term(&ctx.raft, ctx.id) == Some(term) => {
                         tracing::info!(node_id = ctx.id, term, "leading: starting the coordinator runtime");
                         let rt = runtime::TermRuntime::start(ctx.clone(), options.clone(), term);

@@ -120,6 +120,7 @@ impl Replica {
             accepts_peers: !matches!(peer_auth, PeerAuth::Closed),
             default_restart_strategy: config.restart_strategy.clone().map(Arc::new),
             proposer: crate::proposer::Proposer::start(raft.clone()),
+            reads: crate::read_barrier::ReadBarrier::start(raft.clone()),
         };
         let raft_gauges =
             tokio::spawn(crate::metrics::raft::follow_raft(raft.clone(), ctx.telemetry.raft.clone()));

@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use cairn_protocol::assign::StateAssignment;
 use cairn_protocol::checkpoint::layout::METADATA_FILE;
@@ -14,6 +15,7 @@ use cairn_protocol::checkpoint::{
 use cairn_protocol::graph::JobGraph;
 use cairn_protocol::operators::OperatorCatalog;
 use cairn_raft::model::{Command, CommandError, JobId, JobRecord, Outcome};
+use openraft::error::{CheckIsLeaderError, RaftError};
 
 use super::tasks::GraphTasks;
 use crate::checkpoint::{RestorePoint, choose_restore_point, counter_after_restore};
@@ -71,9 +73,32 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
     tokio::task::spawn_blocking(f).await.map_err(|e| format!("blocking task failed: {e}"))
 }
 
+/// Longest pause between two leadership confirmations that found no quorum.
+const READ_RETRY_MAX: Duration = Duration::from_secs(1);
+
+/// Waits until the job's record can be read linearizably. A confirmation round that finds no
+/// quorum in time (followers slow to answer under load, or one of them restarting) is asked
+/// again, with a growing pause: that is no failure of the job, and counting it against the
+/// restart strategy would fail healthy jobs of a busy cluster. Leadership lost is an error
+/// (the runtime of this term stops its drivers anyway).
+async fn read_barrier(ctx: &ReplicaContext, job: &JobId) -> Result<(), String> {
+    let mut pause = Duration::from_millis(50);
+    loop {
+        match ctx.reads.wait().await {
+            Ok(()) => return Ok(()),
+            Err(RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(e))) => {
+                tracing::info!(job = %job, error = %e, retry_in = ?pause, "leadership not confirmed for the job's read; asking again");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(READ_RETRY_MAX);
+            }
+            Err(e) => return Err(format!("cannot read the job's record: {e}")),
+        }
+    }
+}
+
 /// Prepares the next deployment of `job`.
 pub async fn prepare(ctx: ReplicaContext, job: JobId) -> Result<Prepared, String> {
-    ctx.raft.ensure_linearizable().await.map_err(|e| format!("cannot read the job's record: {e}"))?;
+    read_barrier(&ctx, &job).await?;
     let record = ctx.reader.job(&job).ok_or_else(|| format!("job `{job}` is no longer registered"))?;
     let (graph, tasks) = graph_of(&record, &OperatorCatalog::builtin())?;
 

@@ -357,3 +357,46 @@ async fn numbered_reports_are_answered_in_order() -> anyhow::Result<()> {
     cluster.shutdown().await;
     Ok(())
 }
+
+/// Reports go from a stream straight to the job's driver, so the session check is the stream's
+/// own: once the worker registered again on a new stream, a report on the old one is refused
+/// (or finds the old stream closed) and counts for nothing; the same report on the new stream
+/// is accepted and completes the checkpoint.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reports_of_a_superseded_session_are_refused() -> anyhow::Result<()> {
+    init_test_logging();
+    let cluster = InProcCluster::start(1, test_timing()).await?;
+    cluster.wait_leader(T).await?;
+    let out = tempfile::tempdir()?;
+    let mut client = cluster.client()?;
+    client.register_job("j", &spec(out.path(), Some(300))).await?;
+    let addrs: Vec<String> = cluster.addrs.values().map(|a| a.to_string()).collect();
+    let token = cluster.worker_token();
+    let mut old = ScriptedWorker::attach(&addrs, token.expose(), "w1", 8, vec![], T).await?;
+    let d = deployed(&mut old).await?;
+    report_all_running(&old, &d).await?;
+    let trigger = old.expect_command(T, |c| is_trigger(c).is_some()).await?;
+    let id = is_trigger(&trigger).ok_or_else(|| anyhow::anyhow!("no trigger"))?;
+
+    // The same worker registers again on a new stream, with the tasks it runs.
+    let mut new = ScriptedWorker::attach(&addrs, token.expose(), "w1", 8, attached(&d)?, T).await?;
+    old.report(&ack(&d, "source", 0, id)).await?;
+    match old.expect_error(T).await {
+        Ok(e) => {
+            assert_eq!(e.code, Code::FailedPrecondition as i32, "{}", e.message);
+            assert!(e.message.contains("not attached to this leader"), "{}", e.message);
+        }
+        Err(e) => assert!(e.to_string().contains("ended the stream"), "{e:#}"),
+    }
+    // Had the old stream's acknowledgement counted, this one would be a duplicate.
+    for (v, i) in subtasks(&d)? {
+        new.report(&ack(&d, &v, i, id)).await?;
+    }
+    new.expect_command(
+        T,
+        |c| matches!(c.body, ToTask::NotifyCheckpointComplete { checkpoint_id } if checkpoint_id == id),
+    )
+    .await?;
+    cluster.shutdown().await;
+    Ok(())
+}

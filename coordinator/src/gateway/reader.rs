@@ -1,14 +1,19 @@
-//! The reading side of one worker stream: heartbeats and task reports in, to the term's
-//! runtime.
+//! The reading side of one worker stream: heartbeats in, to the term's runtime; task reports
+//! in, straight to their jobs' drivers (see `TermHandle::submit_report`).
 //!
-//! Reports are pipelined: the reader hands each one to the runtime and goes on reading, while
-//! one answering task awaits the outcomes in arrival order (at most [`IN_FLIGHT`] outstanding)
-//! and then sends what the worker must hear: an `error` for a refused report, `confirmed` for a
-//! numbered one (handled, accepted or refused). The runtime and the job drivers take messages
-//! in order, so a worker's reports are still handled in the order it sent them; what the
-//! pipeline removes is the wait for each report's round trip through the runtime and its job
-//! driver before the next one is read. A worker with a hundred tasks sends a hundred
-//! acknowledgements per checkpoint.
+//! Reports are pipelined: the reader hands each one to its job's driver and goes on reading,
+//! while one answering task awaits the outcomes in arrival order (at most [`IN_FLIGHT`]
+//! outstanding) and then sends what the worker must hear: an `error` for a refused report,
+//! `confirmed` for numbered ones (handled, accepted or refused). A job driver takes its inputs in
+//! order, so a worker's reports about one job are handled in the order it sent them; what the
+//! pipeline removes is the wait for each report's round trip through its job driver before the
+//! next one is read. A worker with a hundred tasks sends a hundred acknowledgements per
+//! checkpoint.
+//!
+//! Confirmations are coalesced: `confirmed { up_to }` covers every report numbered up to it, so
+//! while more outcomes are already waiting only the last of the run is sent. A burst of a
+//! hundred acknowledgements costs the worker's outbox one confirmation, not a hundred, and the
+//! outbox keeps its room for the commands that matter (triggers, notifications).
 
 use std::time::Duration;
 
@@ -17,11 +22,14 @@ use cairn_protocol::messages::TaskMessage;
 use tokio::sync::{mpsc, oneshot};
 use tonic::{Status, Streaming};
 
-use crate::leader::TermHandle;
 use crate::leader::job::error_message;
+use crate::leader::{Session, TermHandle};
 
 /// Reports handed to the runtime whose outcome is not known yet, per stream.
 const IN_FLIGHT: usize = 256;
+
+/// Numbered reports answered by one confirmation at most.
+const CONFIRM_EVERY: usize = 64;
 
 /// Where a report's outcome arrives: `Err` is a refusal for the worker.
 type Outcome = oneshot::Receiver<Result<(), Status>>;
@@ -65,7 +73,7 @@ fn settled(outcome: Result<(), Status>) -> Outcome {
 }
 
 /// Decodes a report and hands it to the runtime.
-async fn submit(term: &TermHandle, worker_id: &str, session: u64, json: &[u8], field: &str) -> Outcome {
+async fn submit(term: &TermHandle, worker_id: &str, session: &Session, json: &[u8], field: &str) -> Outcome {
     match serde_json::from_slice::<TaskMessage>(json) {
         Ok(report) => match term.submit_report(worker_id.to_owned(), session, report).await {
             Ok(outcome) => outcome,
@@ -75,8 +83,12 @@ async fn submit(term: &TermHandle, worker_id: &str, session: u64, json: &[u8], f
     }
 }
 
-/// Awaits the outcomes in order and answers the worker.
+/// Awaits the outcomes in order and answers the worker; a confirmation waits until no further
+/// outcome is queued behind it (the next one covers it), or [`CONFIRM_EVERY`] reports went
+/// unconfirmed (so a worker that keeps its reports until confirmed never holds many).
 async fn answer(replies: Replies, mut pending: mpsc::Receiver<InFlight>) {
+    let mut unconfirmed = None;
+    let mut held = 0;
     while let Some(report) = pending.recv().await {
         let outcome = report.outcome.await.unwrap_or_else(|_| {
             Err(Status::unavailable("the leader's runtime stopped before handling the report"))
@@ -84,9 +96,19 @@ async fn answer(replies: Replies, mut pending: mpsc::Receiver<InFlight>) {
         if let Err(status) = outcome {
             replies.refuse(&status);
         }
-        if let Some(seq) = report.seq {
-            replies.confirm(seq);
+        if report.seq.is_some() {
+            unconfirmed = report.seq;
+            held += 1;
         }
+        if (pending.is_empty() || held >= CONFIRM_EVERY)
+            && let Some(seq) = unconfirmed.take()
+        {
+            replies.confirm(seq);
+            held = 0;
+        }
+    }
+    if let Some(seq) = unconfirmed {
+        replies.confirm(seq);
     }
 }
 
@@ -95,7 +117,7 @@ async fn answer(replies: Replies, mut pending: mpsc::Receiver<InFlight>) {
 pub async fn read_worker(
     term: TermHandle,
     worker_id: String,
-    session: u64,
+    session: Session,
     mut inbound: Streaming<WorkerMessage>,
     outbox: mpsc::WeakSender<LeaderMessage>,
 ) {
@@ -118,7 +140,7 @@ pub async fn read_worker(
         };
         let (json, field, seq) = match body {
             Some(worker_message::Body::Heartbeat(_)) => {
-                term.heartbeat(worker_id.clone(), session).await;
+                term.heartbeat(worker_id.clone(), session.id).await;
                 continue;
             }
             Some(worker_message::Body::ReportJson(bytes)) => (bytes, "report_json", None),
@@ -134,7 +156,7 @@ pub async fn read_worker(
                 continue;
             }
         };
-        let outcome = submit(&term, &worker_id, session, &json, field).await;
+        let outcome = submit(&term, &worker_id, &session, &json, field).await;
         if pending.send(InFlight { outcome, seq }).await.is_err() {
             break;
         }
@@ -142,11 +164,11 @@ pub async fn read_worker(
     // Every report read was handed over: answer them all before the stream closes.
     drop(pending);
     let _ = answering.await;
-    term.detach(worker_id.clone(), session).await;
+    term.detach(worker_id.clone(), session.id).await;
     if let Some(tx) = outbox.upgrade() {
         // Close marker: ends the response stream so the worker reconnects.
         let marker = LeaderMessage { term: term.term, body: None };
         let _ = tokio::time::timeout(Duration::from_secs(1), tx.send(marker)).await;
     }
-    tracing::debug!(worker = %worker_id, session, "worker stream reader ended");
+    tracing::debug!(worker = %worker_id, session = session.id, "worker stream reader ended");
 }

@@ -1,13 +1,23 @@
 //! The cheap handle through which the gateway, the services and the job drivers reach the
 //! runtime of one leader term ([`TermHandle`]), and the commands it carries. The runtime
 //! (`super::runtime`) owns the other end.
+//!
+//! Task reports do not pass through the runtime: the runtime publishes which driver runs each
+//! job ([`Routes`], replaced whole when a driver starts or ends, which is rare), and a worker
+//! stream's reader hands each report straight to the job's driver, as long as its session is
+//! the worker's current one ([`Session`]: a flag the runtime clears when the session is
+//! superseded or the worker is lost). One busy job then slows only the reports of workers
+//! running it, never every worker's heartbeats and attaches.
 
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use cairn_proto::v1::{AttachedTask, LeaderMessage, leader_message};
 use cairn_protocol::messages::TaskMessage;
 use cairn_raft::model::JobId;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 use tonic::Status;
 
 use super::api::{JobView, StartedReply, TriggerKey, TriggerReply};
@@ -35,7 +45,7 @@ pub(crate) enum RuntimeCmd {
     Attach {
         info: WorkerInfo,
         outbox: mpsc::Sender<LeaderMessage>,
-        reply: oneshot::Sender<Result<u64, Status>>,
+        reply: oneshot::Sender<Result<Session, Status>>,
     },
     Detach {
         worker_id: String,
@@ -44,12 +54,6 @@ pub(crate) enum RuntimeCmd {
     Heartbeat {
         worker_id: String,
         session: u64,
-    },
-    Report {
-        worker_id: String,
-        session: u64,
-        msg: Box<TaskMessage>,
-        reply: oneshot::Sender<Result<(), Status>>,
     },
     AcquireWorker {
         job: JobId,
@@ -104,6 +108,40 @@ pub struct WorkerSlots {
     pub identity: crate::auth::WorkerIdentity,
 }
 
+/// A worker's report on its way to its job's driver, with where its outcome goes (an error is
+/// a precise refusal for the worker).
+pub(crate) struct ReportInput {
+    pub worker_id: String,
+    pub msg: Box<TaskMessage>,
+    pub reply: oneshot::Sender<Result<(), Status>>,
+}
+
+/// The report queue of every job driver this term runs, as the runtime last published it.
+pub(crate) type Routes = Arc<HashMap<JobId, mpsc::Sender<ReportInput>>>;
+
+/// One attached stream of a worker: its number, and whether it is still the worker's current
+/// session on this term (the runtime clears the flag when another session replaces it or the
+/// worker is lost; the stream's reports are refused from then on).
+#[derive(Debug, Clone)]
+pub struct Session {
+    pub id: u64,
+    live: Arc<AtomicBool>,
+}
+
+impl Session {
+    pub(crate) fn new(id: u64) -> Self {
+        Self { id, live: Arc::new(AtomicBool::new(true)) }
+    }
+
+    pub fn is_live(&self) -> bool {
+        self.live.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn end(&self) {
+        self.live.store(false, Ordering::Release);
+    }
+}
+
 /// Cheap handle on the runtime of one term.
 #[derive(Clone)]
 pub struct TermHandle {
@@ -115,6 +153,7 @@ pub struct TermHandle {
     /// became committed no later than this).
     pub since: tokio::time::Instant,
     tx: mpsc::Sender<RuntimeCmd>,
+    routes: watch::Receiver<Routes>,
 }
 
 impl TermHandle {
@@ -124,9 +163,10 @@ impl TermHandle {
         heartbeat_interval: Duration,
         heartbeat_timeout: Duration,
         tx: mpsc::Sender<RuntimeCmd>,
+        routes: watch::Receiver<Routes>,
     ) -> Self {
         let since = tokio::time::Instant::now();
-        Self { term, leader_id, heartbeat_interval, heartbeat_timeout, since, tx }
+        Self { term, leader_id, heartbeat_interval, heartbeat_timeout, since, tx, routes }
     }
 }
 
@@ -143,8 +183,12 @@ impl TermHandle {
         rx.await.map_err(|_| gone())
     }
 
-    /// Registers a worker's stream; returns its session number.
-    pub async fn attach(&self, info: WorkerInfo, outbox: mpsc::Sender<LeaderMessage>) -> Result<u64, Status> {
+    /// Registers a worker's stream; returns its session.
+    pub async fn attach(
+        &self,
+        info: WorkerInfo,
+        outbox: mpsc::Sender<LeaderMessage>,
+    ) -> Result<Session, Status> {
         self.ask(|reply| RuntimeCmd::Attach { info, outbox, reply }).await?
     }
 
@@ -156,18 +200,31 @@ impl TermHandle {
         let _ = self.tx.send(RuntimeCmd::Heartbeat { worker_id, session }).await;
     }
 
-    /// Hands a task report to the runtime (waiting only for room in its queue) and returns where its
-    /// outcome will arrive (an error is a precise refusal for the worker): reports submitted in
-    /// order are handled in order.
+    /// Hands a task report of `session` straight to its job's driver (waiting only for room in
+    /// the driver's queue) and returns where its outcome will arrive (an error is a precise
+    /// refusal for the worker): a stream's reports submitted in order are handled in order.
     pub async fn submit_report(
         &self,
         worker_id: String,
-        session: u64,
+        session: &Session,
         msg: TaskMessage,
     ) -> Result<oneshot::Receiver<Result<(), Status>>, Status> {
+        if !session.is_live() {
+            return Err(Status::failed_precondition(format!(
+                "worker {worker_id:?} session {} is not attached to this leader; register again",
+                session.id
+            )));
+        }
+        let job = JobId::new(msg.task().task.job.clone())
+            .map_err(|e| Status::invalid_argument(format!("task.job: {e}")))?;
+        let unknown = || Status::not_found(format!("unknown job `{job}` (or not running)"));
+        // Cloned out of the published table: no borrow is held across the send.
+        let driver = self.routes.borrow().get(&job).cloned().ok_or_else(unknown)?;
         let (reply, outcome) = oneshot::channel();
-        let cmd = RuntimeCmd::Report { worker_id, session, msg: Box::new(msg), reply };
-        self.tx.send(cmd).await.map_err(|_| gone())?;
+        let input = ReportInput { worker_id, msg: Box::new(msg), reply };
+        // A driver that ended: its job stopped, or this whole term is stopping.
+        let ended = || if self.tx.is_closed() { gone() } else { unknown() };
+        driver.send(input).await.map_err(|_| ended())?;
         Ok(outcome)
     }
 

@@ -5,21 +5,22 @@
 //! a bounded command channel ([`TermHandle`]). Every message to a worker is stamped with this
 //! term, the fencing token workers check.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
 use cairn_proto::v1::{AttachedTask, Heartbeat, LeaderMessage, leader_message};
 use cairn_raft::model::JobId;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 use tonic::Status;
 
 use super::LeaderOptions;
 use super::api::StartRefusal;
-use super::handle::{RuntimeCmd, TermHandle, WorkerInfo, WorkerLease, WorkerSlots};
+use super::handle::{Routes, RuntimeCmd, Session, TermHandle, WorkerInfo, WorkerLease, WorkerSlots};
 use super::job::{JobDriver, JobHandle, JobInput};
+use super::leases::Leases;
 use super::liveness::Liveness;
 use crate::replica::ReplicaContext;
 
@@ -32,12 +33,14 @@ pub(crate) struct TermRuntime {
 impl TermRuntime {
     pub(crate) fn start(ctx: ReplicaContext, options: Arc<LeaderOptions>, term: u64) -> Self {
         let (tx, rx) = mpsc::channel(1024);
+        let (routes, routes_rx) = watch::channel(Routes::default());
         let handle = TermHandle::new(
             term,
             ctx.id,
             options.workers.heartbeat_interval,
             options.workers.heartbeat_timeout,
             tx,
+            routes_rx,
         );
         let (stop_tx, stop_rx) = oneshot::channel();
         let tick_every = options.workers.heartbeat_interval.min(Duration::from_millis(200));
@@ -49,8 +52,10 @@ impl TermRuntime {
             options,
             handle: handle.clone(),
             workers: BTreeMap::new(),
-            leases: BTreeMap::new(),
+            leases: Leases::default(),
+            waiting: BTreeSet::new(),
             jobs: BTreeMap::new(),
+            routes,
             drivers: JoinSet::new(),
             next_session: 1,
             last_heartbeat_sent: Instant::now(),
@@ -76,7 +81,7 @@ impl TermRuntime {
 }
 
 struct Worker {
-    session: u64,
+    session: Session,
     slots: u32,
     outbox: mpsc::Sender<LeaderMessage>,
     connected: bool,
@@ -90,8 +95,12 @@ struct Runtime {
     handle: TermHandle,
     workers: BTreeMap<String, Worker>,
     /// Which worker each deployed job runs on, and how many slots it takes.
-    leases: BTreeMap<JobId, (String, u32)>,
+    leases: Leases,
+    /// Jobs told that no worker had room for them; they ask again when workers change.
+    waiting: BTreeSet<JobId>,
     jobs: BTreeMap<JobId, JobHandle>,
+    /// `jobs` as published to the stream readers, which route reports by it.
+    routes: watch::Sender<Routes>,
     /// Every job driver task; nothing runs detached.
     drivers: JoinSet<JobId>,
     grace_until: Instant,
@@ -121,6 +130,9 @@ impl Runtime {
         }
         tracing::info!(term, "stopping the coordinator runtime");
         self.ctx.telemetry.set_registered_workers(0);
+        for w in self.workers.values() {
+            w.session.end();
+        }
         for job in self.jobs.values() {
             job.send_now(JobInput::Stop);
         }
@@ -144,13 +156,23 @@ impl Runtime {
                 tracing::info!(job = %job, "job driver finished");
                 self.jobs.remove(&job);
                 self.leases.remove(&job);
+                self.waiting.remove(&job);
+                self.publish_routes();
             }
             Err(e) => tracing::error!(error = %e, "a job driver panicked or was aborted"),
         }
     }
 
+    /// Replaces the routing table the stream readers use (drivers start and end rarely).
+    fn publish_routes(&self) {
+        let routes: HashMap<JobId, _> =
+            self.jobs.iter().map(|(j, h)| (j.clone(), h.reports.clone())).collect();
+        self.routes.send_replace(Arc::new(routes));
+    }
+
     /// Starts a driver for every live job without one.
     fn discover_jobs(&mut self, at_term_start: bool) {
+        let mut started = false;
         // A job without a graph is a registry entry only (its counter and checkpoint store are
         // used through the Store API by an external runtime): there is nothing to deploy.
         for job in self.ctx.reader.drivable_jobs() {
@@ -168,6 +190,10 @@ impl Runtime {
             tracing::info!(job = %job, term = self.handle.term, reattach, "starting job driver");
             self.jobs.insert(job, handle);
             self.drivers.spawn(driver.run());
+            started = true;
+        }
+        if started {
+            self.publish_routes();
         }
     }
 
@@ -187,7 +213,9 @@ impl Runtime {
         }
         let timeout = self.liveness.timeout();
         for id in verdict.lost {
-            self.workers.remove(&id);
+            if let Some(w) = self.workers.remove(&id) {
+                w.session.end();
+            }
             self.ctx.telemetry.set_registered_workers(self.workers.len());
             tracing::warn!(worker = %id, timeout = ?timeout, "worker lost: no heartbeat");
             self.worker_lost(&id).await;
@@ -203,8 +231,7 @@ impl Runtime {
     }
 
     async fn worker_lost(&mut self, worker_id: &str) {
-        let jobs: Vec<JobId> =
-            self.leases.iter().filter(|(_, (w, _))| w == worker_id).map(|(j, _)| j.clone()).collect();
+        let jobs: Vec<JobId> = self.leases.jobs_on(worker_id).cloned().collect();
         for job in jobs {
             self.leases.remove(&job);
             if let Some(h) = self.jobs.get(&job) {
@@ -214,15 +241,17 @@ impl Runtime {
         self.workers_changed().await;
     }
 
-    async fn workers_changed(&self) {
-        for job in self.jobs.values() {
-            job.send(JobInput::WorkersChanged).await;
+    /// Tells the jobs waiting for a worker to ask again (the others have theirs).
+    async fn workers_changed(&mut self) {
+        for job in std::mem::take(&mut self.waiting) {
+            if let Some(h) = self.jobs.get(&job) {
+                h.send(JobInput::WorkersChanged).await;
+            }
         }
     }
 
     fn free_slots(&self, worker_id: &str) -> u32 {
-        let used: u32 = self.leases.values().filter(|(w, _)| w == worker_id).map(|(_, n)| *n).sum();
-        self.workers.get(worker_id).map_or(0, |w| w.slots.saturating_sub(used))
+        self.workers.get(worker_id).map_or(0, |w| w.slots.saturating_sub(self.leases.used(worker_id)))
     }
 
     async fn on_command(&mut self, cmd: RuntimeCmd) {
@@ -233,7 +262,7 @@ impl Runtime {
             }
             RuntimeCmd::Detach { worker_id, session } => {
                 if let Some(w) = self.workers.get_mut(&worker_id)
-                    && w.session == session
+                    && w.session.id == session
                 {
                     // Kept until its heartbeat timeout: it may reconnect.
                     w.connected = false;
@@ -241,31 +270,8 @@ impl Runtime {
                 }
             }
             RuntimeCmd::Heartbeat { worker_id, session } => {
-                if self.workers.get(&worker_id).is_some_and(|w| w.session == session) {
+                if self.workers.get(&worker_id).is_some_and(|w| w.session.id == session) {
                     self.liveness.seen(&worker_id, Instant::now());
-                }
-            }
-            RuntimeCmd::Report { worker_id, session, msg, reply } => {
-                if self.workers.get(&worker_id).is_none_or(|w| w.session != session) {
-                    let _ = reply.send(Err(Status::failed_precondition(format!(
-                        "worker {worker_id:?} session {session} is not attached to this leader; register again"
-                    ))));
-                    return;
-                }
-                self.liveness.seen(&worker_id, Instant::now());
-                let job = match JobId::new(msg.task().task.job.clone()) {
-                    Ok(j) => j,
-                    Err(e) => {
-                        let _ = reply.send(Err(Status::invalid_argument(format!("task.job: {e}"))));
-                        return;
-                    }
-                };
-                match self.jobs.get(&job) {
-                    Some(h) => h.send(JobInput::Report { worker_id, msg, reply }).await,
-                    None => {
-                        let _ = reply
-                            .send(Err(Status::not_found(format!("unknown job `{job}` (or not running)"))));
-                    }
                 }
             }
             RuntimeCmd::AcquireWorker { job, slots, reply } => {
@@ -280,13 +286,16 @@ impl Runtime {
                     let w = self.workers.get(&id)?;
                     Some(WorkerLease { worker_id: id.clone(), outbox: w.outbox.clone() })
                 });
-                if let Some(l) = &lease {
-                    self.leases.insert(job, (l.worker_id.clone(), slots));
+                match &lease {
+                    Some(l) => self.leases.insert(job, l.worker_id.clone(), slots),
+                    None => {
+                        self.waiting.insert(job);
+                    }
                 }
                 let _ = reply.send(lease);
             }
             RuntimeCmd::AdoptLease { job, worker_id, slots } => {
-                self.leases.insert(job, (worker_id, slots));
+                self.leases.insert(job, worker_id, slots);
             }
             RuntimeCmd::ReleaseWorker { job } => {
                 if self.leases.remove(&job).is_some() {
@@ -326,13 +335,7 @@ impl Runtime {
                         slots: w.slots,
                         used: w.slots.saturating_sub(self.free_slots(id)),
                         connected: w.connected,
-                        // `leases` is keyed by job id, so these come out sorted.
-                        jobs: self
-                            .leases
-                            .iter()
-                            .filter(|(_, (on, _))| on == id)
-                            .map(|(j, _)| j.to_string())
-                            .collect(),
+                        jobs: self.leases.jobs_on(id).map(|j| j.to_string()).collect(),
                         identity: w.identity.clone(),
                     })
                     .collect();
@@ -350,7 +353,11 @@ impl Runtime {
         }
     }
 
-    async fn attach(&mut self, info: WorkerInfo, outbox: mpsc::Sender<LeaderMessage>) -> Result<u64, Status> {
+    async fn attach(
+        &mut self,
+        info: WorkerInfo,
+        outbox: mpsc::Sender<LeaderMessage>,
+    ) -> Result<Session, Status> {
         if info.highest_term_seen > self.handle.term {
             return Err(Status::failed_precondition(format!(
                 "this leader's term {} is older than term {} the worker has seen; find the current leader",
@@ -365,25 +372,29 @@ impl Runtime {
                 info.worker_id, live.identity, info.identity
             )));
         }
-        let session = self.next_session;
+        let session = Session::new(self.next_session);
         self.next_session += 1;
-        let leased: u32 = self.leases.values().filter(|(w, _)| *w == info.worker_id).map(|(_, n)| *n).sum();
+        let leased = self.leases.used(&info.worker_id);
         if info.slots < leased {
             tracing::warn!(worker = %info.worker_id, slots = info.slots, leased, "worker re-attached with fewer slots than leased");
         }
-        self.workers.insert(
+        let replaced = self.workers.insert(
             info.worker_id.clone(),
             Worker {
-                session,
+                session: session.clone(),
                 slots: info.slots,
                 outbox: outbox.clone(),
                 connected: true,
                 identity: info.identity.clone(),
             },
         );
+        if let Some(old) = replaced {
+            // The superseded stream's reports are refused from now on.
+            old.session.end();
+        }
         self.liveness.seen(&info.worker_id, Instant::now());
         self.ctx.telemetry.set_registered_workers(self.workers.len());
-        tracing::info!(worker = %info.worker_id, session, slots = info.slots, tasks = info.tasks.len(), term = self.handle.term, "worker attached");
+        tracing::info!(worker = %info.worker_id, session = session.id, slots = info.slots, tasks = info.tasks.len(), term = self.handle.term, "worker attached");
         // Hand each job the tasks of it that the worker runs; tell the worker to cancel tasks of
         // jobs this leader does not run.
         let mut by_job: BTreeMap<String, Vec<AttachedTask>> = BTreeMap::new();

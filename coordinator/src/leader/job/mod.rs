@@ -62,7 +62,7 @@ use self::prepare::{prepare, remove_paths};
 use self::tasks::{GraphTasks, core_attempt, split_attempt};
 use super::LeaderOptions;
 pub use super::api::{JobView, StartRefusal, StartedReply, TaskView, TriggerKey, TriggerReply};
-use super::handle::{TermHandle, WorkerLease};
+use super::handle::{ReportInput, TermHandle, WorkerLease};
 use crate::checkpoint::{
     Action, CheckpointCoordinatorCore, CheckpointFailureReason, CheckpointOptions, CoreConfig, Event, Now,
     Recovered, RequestId, StrayAck, TaskAttemptId, TaskStatus, TimerToken, TriggerKind, TriggerSuccess,
@@ -83,11 +83,6 @@ pub(crate) enum JobInput {
     Attached {
         lease: WorkerLease,
         tasks: Vec<AttachedTask>,
-    },
-    Report {
-        worker_id: String,
-        msg: Box<TaskMessage>,
-        reply: oneshot::Sender<Result<(), Status>>,
     },
     WorkerLost {
         worker_id: String,
@@ -159,6 +154,8 @@ pub(crate) enum Internal {
 #[derive(Clone)]
 pub(crate) struct JobHandle {
     tx: mpsc::Sender<JobInput>,
+    /// The driver's report queue, which the stream readers reach through the runtime's routes.
+    pub(crate) reports: mpsc::Sender<ReportInput>,
 }
 
 impl JobHandle {
@@ -222,6 +219,8 @@ pub(crate) struct JobDriver {
     term: TermHandle,
     job: JobId,
     rx: mpsc::Receiver<JobInput>,
+    /// Workers' reports, straight from their streams.
+    reports: mpsc::Receiver<ReportInput>,
     self_tx: mpsc::Sender<JobInput>,
     phase: Phase,
     tasks: GraphTasks,
@@ -278,6 +277,9 @@ fn recorded_stats(record: &cairn_raft::model::JobRecord) -> Option<crate::checkp
 
 /// How often, at most, the statistics summary is written through Raft.
 const STATS_RECORD_INTERVAL: Duration = Duration::from_secs(1);
+/// Reports queued for a driver; a stream reader waits for room beyond this (only the workers
+/// running this job wait).
+const REPORT_QUEUE: usize = 1024;
 
 impl JobDriver {
     pub(crate) fn new(
@@ -288,6 +290,7 @@ impl JobDriver {
         reattach: bool,
     ) -> (Self, JobHandle) {
         let (tx, rx) = mpsc::channel(1024);
+        let (reports_tx, reports) = mpsc::channel(REPORT_QUEUE);
         let series = ctx.telemetry.job(&job.to_string());
         let driver = Self {
             ctx,
@@ -295,6 +298,7 @@ impl JobDriver {
             term,
             job,
             rx,
+            reports,
             self_tx: tx.clone(),
             phase: if reattach { Phase::AwaitReattach } else { Phase::Preparing },
             tasks: GraphTasks::default(),
@@ -322,7 +326,7 @@ impl JobDriver {
             io: JoinSet::new(),
             series,
         };
-        (driver, JobHandle { tx })
+        (driver, JobHandle { tx, reports: reports_tx })
     }
 
     pub(crate) async fn run(mut self) -> JobId {
@@ -335,6 +339,12 @@ impl JobDriver {
                     Some(JobInput::Stop) | None => break,
                     Some(input) => self.on_input(input).await,
                 },
+                // After the inputs: a worker's `Attached` (queued before its stream reads a
+                // report) is handled before the reports that follow it.
+                Some(ReportInput { worker_id, msg, reply }) = self.reports.recv() => {
+                    let r = self.on_report(&worker_id, *msg);
+                    let _ = reply.send(r);
+                }
                 Some(_) = self.io.join_next(), if !self.io.is_empty() => {}
                 _ = sleep_until(deadline) => self.on_deadline(),
             }
@@ -451,10 +461,6 @@ impl JobDriver {
         match input {
             JobInput::Stop => {}
             JobInput::Attached { lease, tasks } => self.on_attached(lease, tasks),
-            JobInput::Report { worker_id, msg, reply } => {
-                let r = self.on_report(&worker_id, *msg);
-                let _ = reply.send(r);
-            }
             JobInput::WorkerLost { worker_id } => {
                 if self.deployed.as_ref().is_some_and(|d| d.lease.worker_id == worker_id) {
                     self.deployed = None;

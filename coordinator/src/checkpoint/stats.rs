@@ -65,6 +65,28 @@ pub struct CheckpointStats {
     pub subtasks: Vec<SubtaskCheckpointStats>,
 }
 
+impl CheckpointStats {
+    /// A copy without the per-subtask entries (which are not copied at all: a job with a
+    /// hundred subtasks would otherwise copy a hundred entries to drop them).
+    pub fn without_subtasks(&self) -> Self {
+        Self {
+            id: self.id,
+            kind: self.kind,
+            status: self.status,
+            trigger_time_ms: self.trigger_time_ms,
+            num_subtasks: self.num_subtasks,
+            num_acknowledged: self.num_acknowledged,
+            latest_ack_time_ms: self.latest_ack_time_ms,
+            state_size: self.state_size,
+            bytes_persisted: self.bytes_persisted,
+            end_to_end_ms: self.end_to_end_ms,
+            failure: self.failure.clone(),
+            external_path: self.external_path.clone(),
+            subtasks: Vec::new(),
+        }
+    }
+}
+
 /// A restore that happened.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RestoredCheckpointStats {
@@ -155,12 +177,7 @@ impl CheckpointStatsTracker {
 
     /// The persistable summary (latest entries without per-subtask details).
     pub fn summary(&self) -> StatsSummary {
-        let strip = |c: &Option<CheckpointStats>| {
-            c.clone().map(|mut c| {
-                c.subtasks = Vec::new();
-                c
-            })
-        };
+        let strip = |c: &Option<CheckpointStats>| c.as_ref().map(CheckpointStats::without_subtasks);
         StatsSummary {
             counts: self.stats.counts,
             latest_completed: strip(&self.stats.latest_completed),
@@ -294,6 +311,22 @@ mod tests {
         assert_eq!(r.stats().latest_failed.as_ref().map(|f| f.id), Some(2));
         let fresh = CheckpointStatsTracker::restore(10, None, 7);
         assert_eq!(fresh.stats().counts.completed, 7);
+    }
+
+    #[test]
+    fn the_summary_holds_the_latest_entries_without_their_subtasks() {
+        let mut t = CheckpointStatsTracker::new(10);
+        t.report_pending(1, CheckpointKind::Checkpoint, 0, 2);
+        for subtask in 0..2 {
+            t.report_ack(1, "src", subtask, 4, TaskCheckpointMetrics::default());
+        }
+        t.report_completed(1, 5, "/cp/chk-1".into());
+        let full = t.stats().latest_completed.clone().unwrap();
+        assert_eq!(full.subtasks.len(), 2);
+        let summary = t.summary();
+        let latest = summary.latest_completed.unwrap();
+        assert!(latest.subtasks.is_empty());
+        assert_eq!(latest, CheckpointStats { subtasks: Vec::new(), ..full });
     }
 
     #[test]

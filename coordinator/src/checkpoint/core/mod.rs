@@ -35,7 +35,7 @@ use super::failure::{CheckpointFailureReason, FailureManager};
 use super::hooks::{MasterHook, MasterHooks};
 use super::pending::{Origin, PendingCheckpoint, PendingInit};
 use super::registry::SharedStateRegistry;
-use super::stats::{CheckpointStatsTracker, JobCheckpointStats, StatsSummary};
+use super::stats::{CheckpointCounts, CheckpointStatsTracker, JobCheckpointStats, StatsSummary};
 use super::tasks::TaskSet;
 use super::trigger::{Request, Scheduler, SnapshotProps};
 use recent::RecentCheckpoints;
@@ -165,6 +165,12 @@ impl CheckpointCoordinatorCore {
 
     pub fn stats(&self) -> &JobCheckpointStats {
         self.stats.stats()
+    }
+
+    /// What decides whether the persisted summary is out of date: the counts and the
+    /// consecutive failures (cheap: nothing is copied).
+    pub fn stats_key(&self) -> (CheckpointCounts, u32) {
+        (self.stats.stats().counts, self.failures.consecutive_failures())
     }
 
     pub fn stats_summary(&self) -> StatsSummary {

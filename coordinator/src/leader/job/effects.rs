@@ -66,8 +66,8 @@ impl JobDriver {
     /// [`STATS_RECORD_INTERVAL`].
     pub(super) fn record_stats(&mut self) {
         let Some(core) = &self.core else { return };
-        let summary = core.stats_summary();
-        let key = (summary.counts, summary.consecutive_failures);
+        // Called after every event (every acknowledgement): compare before building anything.
+        let key = core.stats_key();
         if self.recorded_counts == Some(key) {
             return;
         }
@@ -78,7 +78,7 @@ impl JobDriver {
             self.stats_flush_at.get_or_insert(at + STATS_RECORD_INTERVAL);
             return;
         }
-        let Ok(stats) = serde_json::to_value(&summary) else { return };
+        let Ok(stats) = serde_json::to_value(core.stats_summary()) else { return };
         self.recorded_counts = Some(key);
         self.recorded_at = Some(Instant::now());
         let ctx = self.ctx.clone();

@@ -55,12 +55,35 @@ pub struct RaftService {
     raft: Raft,
     auth: PeerAuth,
     snapshots: Arc<SnapshotInbox>,
+    /// Where calls are decoded and handed to Raft (the replica's Raft runtime), so that they
+    /// are not queued behind the rest of the replica's work; `None`: the server's own runtime.
+    runtime: Option<tokio::runtime::Handle>,
 }
 
 impl RaftService {
     /// A service that admits callers by `auth` and checks assembled snapshots with `check`.
     pub fn new(raft: Raft, auth: PeerAuth, check: SnapshotCheck) -> Self {
-        Self { raft, auth, snapshots: Arc::new(SnapshotInbox::new(check)) }
+        Self { raft, auth, snapshots: Arc::new(SnapshotInbox::new(check)), runtime: None }
+    }
+
+    /// Decodes and handles every call on `runtime` (the server still accepts them on its own).
+    pub fn on_runtime(mut self, runtime: tokio::runtime::Handle) -> Self {
+        self.runtime = Some(runtime);
+        self
+    }
+
+    /// Runs `work` on the service's runtime (inline without one).
+    async fn run<F>(&self, work: F) -> Result<Response<RaftPayload>, Status>
+    where
+        F: std::future::Future<Output = Result<Response<RaftPayload>, Status>> + Send + 'static,
+    {
+        match &self.runtime {
+            None => work.await,
+            Some(rt) => rt
+                .spawn(work)
+                .await
+                .map_err(|e| Status::unavailable(format!("raft call not handled: {e}")))?,
+        }
     }
 
     /// The service wrapped for a tonic router, with the message size limit applied both ways.
@@ -161,16 +184,28 @@ fn decode<T: serde::de::DeserializeOwned>(
 impl RaftRpc for RaftService {
     async fn append_entries(&self, req: Request<RaftPayload>) -> Result<Response<RaftPayload>, Status> {
         let caller = self.caller(&req)?;
-        let rpc: AppendEntriesRequest<TypeConfig> = decode("append-entries request", req)?;
-        speaks_for(caller, rpc.vote.leader_id().voted_for().unwrap_or_default(), "append-entries request")?;
-        reply(&self.raft.append_entries(rpc).await)
+        let raft = self.raft.clone();
+        self.run(async move {
+            let rpc: AppendEntriesRequest<TypeConfig> = decode("append-entries request", req)?;
+            speaks_for(
+                caller,
+                rpc.vote.leader_id().voted_for().unwrap_or_default(),
+                "append-entries request",
+            )?;
+            reply(&raft.append_entries(rpc).await)
+        })
+        .await
     }
 
     async fn vote(&self, req: Request<RaftPayload>) -> Result<Response<RaftPayload>, Status> {
         let caller = self.caller(&req)?;
-        let rpc: VoteRequest<NodeId> = decode("vote request", req)?;
-        speaks_for(caller, rpc.vote.leader_id().voted_for().unwrap_or_default(), "vote request")?;
-        reply(&self.raft.vote(rpc).await)
+        let raft = self.raft.clone();
+        self.run(async move {
+            let rpc: VoteRequest<NodeId> = decode("vote request", req)?;
+            speaks_for(caller, rpc.vote.leader_id().voted_for().unwrap_or_default(), "vote request")?;
+            reply(&raft.vote(rpc).await)
+        })
+        .await
     }
 
     async fn install_snapshot(&self, req: Request<RaftPayload>) -> Result<Response<RaftPayload>, Status> {

@@ -6,6 +6,7 @@
 //! `TcpListener`), so tests run many replicas in one process on port 0.
 
 mod bootstrap;
+mod raft_runtime;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -65,6 +66,8 @@ pub struct Replica {
     health: tonic_health::server::HealthReporter,
     /// Follows Raft's metrics into the Raft gauges.
     raft_gauges: JoinHandle<()>,
+    /// Where Raft runs; dropped (stopped) last.
+    raft_runtime: raft_runtime::RaftRuntime,
 }
 
 /// Largest gRPC message a replica accepts (Raft batches and snapshot chunks stay well below).
@@ -86,7 +89,17 @@ impl Replica {
         let tls = config.server_tls()?;
         let addr = listener.local_addr().map_err(StartError::Listener)?;
         let data_dir = config.data_dir();
-        let (log_store, sm_store) = cairn_storage::open(&data_dir)
+        let raft_runtime = raft_runtime::RaftRuntime::start(config.node_id)
+            .map_err(|e| StartError::Raft(format!("cannot start raft's runtime: {e}")))?;
+        let raft_handle =
+            raft_runtime.handle().ok_or_else(|| StartError::Raft("raft's runtime is gone".into()))?;
+        let on_raft = |e: tokio::task::JoinError| StartError::Raft(format!("raft's runtime failed: {e}"));
+        // Opened on Raft's runtime: the log's group commit task lives there.
+        let dir = data_dir.clone();
+        let (log_store, sm_store) = raft_handle
+            .spawn(async move { cairn_storage::open(&dir) })
+            .await
+            .map_err(on_raft)?
             .map_err(|source| StartError::Storage { path: data_dir.clone(), source })?;
         let reader = sm_store.reader();
         // After opening storage: generated single-node tokens live in the data directory.
@@ -106,8 +119,11 @@ impl Replica {
             ..TransportConfig::default()
         };
         let network = GrpcNetwork::new(config.node_id, transport);
-        let raft = Raft::new(config.node_id, raft_config, network, log_store, sm_store)
+        let node_id = config.node_id;
+        let raft = raft_handle
+            .spawn(async move { Raft::new(node_id, raft_config, network, log_store, sm_store).await })
             .await
+            .map_err(on_raft)?
             .map_err(|e| StartError::Raft(e.to_string()))?;
         let ctx = ReplicaContext {
             id: config.node_id,
@@ -156,6 +172,7 @@ impl Replica {
             .add_service(reflection)
             .add_service(
                 RaftService::new(raft.clone(), peer_auth, Arc::new(cairn_storage::check_snapshot))
+                    .on_runtime(raft_handle)
                     .into_server(MAX_MESSAGE_BYTES),
             )
             .add_service(GatewayService::new(ctx.clone(), leader.clone(), worker_auth).into_server())
@@ -188,7 +205,7 @@ impl Replica {
         }));
         let bootstrap = tokio::spawn(bootstrap::run(config.clone(), raft.clone()));
         tracing::info!(node_id = config.node_id, %addr, data_dir = %data_dir.display(), "replica started");
-        Ok(Self { ctx, addr, stop, server, bootstrap, supervisor, leader, health, raft_gauges })
+        Ok(Self { ctx, addr, stop, server, bootstrap, supervisor, leader, health, raft_gauges, raft_runtime })
     }
 
     pub fn context(&self) -> &ReplicaContext {
@@ -246,6 +263,7 @@ impl Replica {
         let _ = self.bootstrap.await;
         self.raft_gauges.abort();
         let _ = self.raft_gauges.await;
+        self.raft_runtime.stop(Duration::from_secs(5)).await;
         tracing::info!(node_id = self.ctx.id, "replica stopped");
     }
 }

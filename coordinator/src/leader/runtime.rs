@@ -342,13 +342,14 @@ impl Runtime {
                 let _ = reply.send(workers);
             }
             RuntimeCmd::Jobs { reply } => {
-                let mut views = Vec::new();
-                for h in self.jobs.values() {
-                    if let Some(v) = h.view().await {
-                        views.push(v);
-                    }
-                }
-                let _ = reply.send(views);
+                // Asked of every driver at once, and awaited apart from this loop: with a
+                // thousand busy drivers, awaiting each in turn here kept the runtime from
+                // placing jobs for as long as an operator (or the console) kept asking.
+                let handles: Vec<JobHandle> = self.jobs.values().cloned().collect();
+                tokio::spawn(async move {
+                    let views = futures::future::join_all(handles.iter().map(JobHandle::view)).await;
+                    let _ = reply.send(views.into_iter().flatten().collect());
+                });
             }
         }
     }

@@ -400,3 +400,35 @@ async fn reports_of_a_superseded_session_are_refused() -> anyhow::Result<()> {
     cluster.shutdown().await;
     Ok(())
 }
+
+/// A deployment sent on a stream that broke before the worker read it is not waited for
+/// forever: when the worker registers again without the job's tasks, the job is deployed again
+/// (a new attempt) on the new stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deployment_lost_with_its_stream_is_sent_again() -> anyhow::Result<()> {
+    init_test_logging();
+    let cluster = InProcCluster::start(1, test_timing()).await?;
+    cluster.wait_leader(T).await?;
+    let out = tempfile::tempdir()?;
+    let mut client = cluster.client()?;
+    client.register_job("j", &spec(out.path(), Some(300))).await?;
+    let addrs: Vec<String> = cluster.addrs.values().map(|a| a.to_string()).collect();
+    let token = cluster.worker_token();
+    let mut old = ScriptedWorker::attach(&addrs, token.expose(), "w1", 8, vec![], T).await?;
+    let first = deployed(&mut old).await?;
+    assert_eq!(first.attempt, 1);
+    // The worker never read it: its new stream lists no tasks.
+    drop(old);
+    let mut new = ScriptedWorker::attach(&addrs, token.expose(), "w1", 8, vec![], T).await?;
+    let again = deployed(&mut new).await?;
+    assert_eq!(again.job_id, "j");
+    assert!(again.attempt > first.attempt, "attempt {} after {}", again.attempt, first.attempt);
+    report_all_running(&new, &again).await?;
+    wait::until("the job to run", T, || async {
+        let r = cluster.client().ok()?.job_runtimes().await.ok()?;
+        r.jobs.iter().any(|j| j.job_id == "j" && j.phase == "running").then_some(())
+    })
+    .await?;
+    cluster.shutdown().await;
+    Ok(())
+}

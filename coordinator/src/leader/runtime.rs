@@ -402,6 +402,11 @@ impl Runtime {
         for t in info.tasks {
             by_job.entry(t.job_id.clone()).or_default().push(t);
         }
+        // Jobs this term deployed on the worker whose tasks it does not list: their deployment
+        // (or the tasks) went with the old stream. Each learns it from an empty list.
+        for job in self.leases.jobs_on(&info.worker_id) {
+            by_job.entry(job.to_string()).or_default();
+        }
         let lease = WorkerLease { worker_id: info.worker_id.clone(), outbox };
         let mut orphans = BTreeSet::new();
         for (job, tasks) in by_job {

@@ -44,6 +44,18 @@ impl JobDriver {
                     tracing::info!(job = %self.job, attempt, worker = %lease.worker_id, "cancelling tasks of a superseded attempt");
                     self.command(&lease, attempt, Vec::new(), ToTask::Cancel);
                 }
+                // The worker runs none of our deployment: it was lost with the stream it was
+                // sent on (or the worker restarted without its tasks). Waiting would wait forever.
+                let lost = self.deployed.as_ref().is_some_and(|d| {
+                    d.lease.worker_id == lease.worker_id
+                        && !attached.iter().any(|t| t.attempt as u32 == d.attempt)
+                });
+                if lost {
+                    self.restart(format!(
+                        "worker {} attached again without the job's tasks: the deployment or its tasks were lost",
+                        lease.worker_id
+                    ));
+                }
             }
         }
     }

@@ -251,6 +251,7 @@ fn pending(id: u64, kind: CheckpointKind) -> PendingCheckpoint {
         parallelism: 2,
         max_parallelism: 8,
         is_source: true,
+        inputs: Vec::new(),
         attempt: TaskAttemptId(u64::from(subtask) + 1),
     };
     let tasks = TaskSet::new(vec![task(0), task(1)]).unwrap_or_else(|e| panic!("{e}"));

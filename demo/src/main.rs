@@ -150,7 +150,13 @@ async fn main() -> anyhow::Result<()> {
         ClientConfig { token: Some(token.expose().to_owned()), ..ClientConfig::default() },
     )?;
     let graph = DemoJob {
-        source: SourceConfig { keys: 16, records_per_key: None, rate_per_sec: Some(args.rate), batch: 64 },
+        source: SourceConfig {
+            keys: 16,
+            records_per_key: None,
+            rate_per_sec: Some(args.rate),
+            batch: 64,
+            idle_after_limit: false,
+        },
         output_dir: output.display().to_string(),
         source_parallelism: 2,
         parallelism: 2,

@@ -36,6 +36,8 @@ pub enum FieldType {
     PositiveInteger,
     /// A non-empty string.
     Text,
+    /// `true` or `false`.
+    Boolean,
     /// An absolute path without `.` or `..` components (operators write below it, so it must
     /// not depend on a worker's working directory nor climb out of where it points).
     AbsolutePath,
@@ -125,6 +127,10 @@ fn check_value(field: &ConfigField, value: &serde_json::Value) -> Result<(), Str
             Some(s) if !s.is_empty() => Ok(()),
             _ => Err(format!("`{name}` must be a non-empty string, not {value}")),
         },
+        FieldType::Boolean => match value {
+            serde_json::Value::Bool(_) => Ok(()),
+            _ => Err(format!("`{name}` must be true or false, not {value}")),
+        },
         FieldType::AbsolutePath => {
             let Some(s) = value.as_str() else {
                 return Err(format!("`{name}` must be a path string, not {}", json_type(value)));
@@ -207,7 +213,14 @@ impl OperatorCatalog {
                     ty: FieldType::PositiveInteger,
                     required: false,
                     default: None,
-                    doc: "stop emitting a key after this many records (absent: unbounded)",
+                    doc: "records per key, after which the source finishes (absent: unbounded)",
+                },
+                ConfigField {
+                    name: "idle_after_limit",
+                    ty: FieldType::Boolean,
+                    required: false,
+                    default: Some("false"),
+                    doc: "with records_per_key: stay running, idle, after the last record instead of finishing",
                 },
                 ConfigField {
                     name: "rate_per_sec",
@@ -305,6 +318,12 @@ mod tests {
         assert!(e.contains("missing field `output_dir`"), "{e}");
         let e = c.check_config(builtin::SEQUENCE_SOURCE, &json!([1])).unwrap_err();
         assert!(e.contains("JSON object"), "{e}");
+        let idle = |v: serde_json::Value| {
+            c.check_config(builtin::SEQUENCE_SOURCE, &json!({ "idle_after_limit": v }))
+        };
+        assert!(idle(json!(true)).is_ok());
+        let e = idle(json!("yes")).unwrap_err();
+        assert!(e.contains("`idle_after_limit` must be true or false"), "{e}");
     }
 
     #[test]

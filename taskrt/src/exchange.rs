@@ -45,6 +45,9 @@ pub enum StreamElement {
     Barrier(Barrier),
     /// The producer declined this checkpoint: do not wait for its barrier.
     CancelMarker(u64),
+    /// The producer emits no more records; barriers and cancel markers still follow until
+    /// `EndOfInput` (it waits for its final checkpoint, which crosses this channel).
+    EndOfData,
     /// The producer finished; nothing follows.
     EndOfInput,
 }
@@ -199,6 +202,7 @@ impl InputGate {
         }
     }
 
+    /// Whether every channel delivered `EndOfInput` (true without channels).
     pub fn all_finished(&self) -> bool {
         self.finished.iter().all(|f| *f)
     }

@@ -2,9 +2,19 @@
 //! aligner and its in-flight asynchronous snapshots.
 //!
 //! [`run_task`] drives the lifecycle in the reference's order: restore state → initialize
-//! operators → open (tail to head) → run → close (head to tail) → end of input downstream →
-//! dispose; a failure or cancellation at any point cancels the asynchronous snapshot parts
-//! (removing their files) and disposes the operators. The loop selects, in priority order
+//! operators → open (tail to head) → run → close (head to tail) → end of data downstream →
+//! final checkpoint → end of input downstream → dispose; a failure or cancellation at any point
+//! cancels the asynchronous snapshot parts (removing their files) and disposes the operators.
+//!
+//! Finishing follows Flink's FLIP-147: once its input ended (a bounded source ran out, or every
+//! upstream channel delivered `EndOfData`) a task closes its operators, sends `EndOfData`
+//! downstream and stays in `finishing`, still taking part in checkpoints, until a checkpoint
+//! it snapshotted after its end of data is completed. Its completion notice lets two-phase-commit
+//! operators commit everything the task ever produced; once it arrived and every upstream
+//! channel delivered `EndOfInput` (so no upstream task can still send it a barrier), the task
+//! sends `EndOfInput` and finishes. A task whose inputs all ended takes a trigger like a source does
+//! (the coordinator triggers it when every source finished). A stop-with-savepoint is its own
+//! final checkpoint: a task that completed a synchronous savepoint finishes without waiting. The loop selects, in priority order
 //! (`biased`): coordinator messages (trigger, notify, abort, cancel), finished asynchronous
 //! snapshot parts, then input (records and barriers from upstream, or the source's next
 //! records). During a synchronous savepoint the input arm is disabled until the savepoint is
@@ -74,6 +84,8 @@ pub enum TaskError {
     Restore(#[source] StateError),
     #[error("input channel {channel} closed without end of input (upstream task died)")]
     UpstreamDisconnected { channel: usize },
+    #[error("input channel {channel} delivered a record after its end of data")]
+    RecordAfterEndOfData { channel: usize },
     #[error(transparent)]
     Lifecycle(#[from] IllegalTransition),
 }
@@ -104,8 +116,16 @@ struct Task {
     pending: BTreeMap<u64, PendingAck>,
     /// Set while a synchronous savepoint waits for its completion: no input is processed.
     sync_savepoint: Option<u64>,
-    /// All inputs (or the source) ended.
+    /// All inputs (or the source) ended: no record will be processed any more.
     input_ended: bool,
+    /// Input channels that delivered `EndOfData` (or `EndOfInput`).
+    data_ended: Vec<bool>,
+    /// The first checkpoint snapshotted after the input ended: its completion (or a later
+    /// one's) lets the task finish.
+    final_checkpoint: Option<u64>,
+    /// A completion notice covering `final_checkpoint` arrived, or a synchronous savepoint
+    /// (stop-with-savepoint) completed: nothing is left to wait for once the input ended.
+    may_finish: bool,
     /// The source asked not to be polled before this instant.
     source_idle_until: Option<Instant>,
     watermarks: Vec<u64>,
@@ -145,6 +165,9 @@ impl Task {
             pending: BTreeMap::new(),
             sync_savepoint: None,
             input_ended: false,
+            data_ended: vec![false; n],
+            final_checkpoint: None,
+            may_finish: false,
             source_idle_until: None,
             watermarks: vec![0; n],
             current_watermark: 0,
@@ -208,6 +231,8 @@ impl Task {
         let mut out = Vec::new();
         self.chain.close(&mut out)?;
         self.emit(out).await?;
+        self.outputs.broadcast(StreamElement::EndOfData).await?;
+        self.await_final_checkpoint().await?;
         self.outputs.broadcast(StreamElement::EndOfInput).await?;
         // Checkpoints already snapshotted are still acknowledged.
         while !self.in_flight.is_empty() {
@@ -330,6 +355,31 @@ impl Task {
         Ok(())
     }
 
+    /// After the end of data: keeps answering the coordinator, acknowledging checkpoints and
+    /// forwarding barriers until a checkpoint taken since is completed and every upstream task
+    /// finished.
+    async fn await_final_checkpoint(&mut self) -> Result<(), TaskError> {
+        if !self.may_finish {
+            tracing::info!(task = %self.id, "end of data: waiting for a final checkpoint");
+        }
+        let is_source = self.chain.is_source();
+        while !(self.may_finish && self.inputs.all_finished()) {
+            let input_open = self.sync_savepoint.is_none();
+            tokio::select! {
+                biased;
+                msg = self.control.recv() => match msg {
+                    Some(msg) => self.on_control(msg).await?,
+                    None => return Err(TaskError::Canceled),
+                },
+                outcome = self.in_flight.next(), if !self.in_flight.is_empty() => {
+                    self.on_async_outcome(outcome).await?;
+                }
+                event = self.inputs.next(), if input_open && !is_source => self.on_input(event).await?,
+            }
+        }
+        Ok(())
+    }
+
     async fn emit(&mut self, records: Vec<Record>) -> Result<(), TaskError> {
         let n = records.len() as u64;
         for r in records {
@@ -370,7 +420,8 @@ impl Task {
         timestamp_ms: u64,
         options: CheckpointOptions,
     ) -> Result<(), TaskError> {
-        if !self.chain.is_source() {
+        // A task whose inputs all ended is triggered like a source once its upstream finished.
+        if !self.chain.is_source() && !self.input_ended {
             self.decline(checkpoint_id, DeclineReason::NotASource).await;
             return Ok(());
         }
@@ -382,7 +433,7 @@ impl Task {
     /// Prepare → forward the barrier → synchronous snapshot → start the asynchronous part.
     async fn perform_checkpoint(&mut self, barrier: Barrier, alignment: Duration) -> Result<(), TaskError> {
         let id = barrier.checkpoint_id;
-        if self.state != TaskState::Running || self.sync_savepoint.is_some() {
+        if !matches!(self.state, TaskState::Running | TaskState::Finishing) || self.sync_savepoint.is_some() {
             self.decline(id, DeclineReason::TaskNotReady).await;
             self.outputs.broadcast(StreamElement::CancelMarker(id)).await?;
             return Ok(());
@@ -429,6 +480,9 @@ impl Task {
             sync_ms: sync.as_millis() as u64,
             ..Default::default()
         };
+        if self.state == TaskState::Finishing && !kind.is_synchronous() {
+            self.final_checkpoint.get_or_insert(id);
+        }
         self.pending.insert(id, PendingAck { metrics, aborted: false });
         self.in_flight.spawn(self.storage.clone(), target, plans);
         Ok(())
@@ -510,8 +564,14 @@ impl Task {
         let mut out = Vec::new();
         self.chain.notify_complete(checkpoint_id, &mut out)?;
         self.emit(out).await?;
+        if self.final_checkpoint.is_some_and(|f| checkpoint_id >= f) {
+            tracing::info!(task = %self.id, checkpoint_id, "final checkpoint complete; finishing");
+            self.may_finish = true;
+        }
         if self.sync_savepoint == Some(checkpoint_id) {
             self.sync_savepoint = None;
+            // Stop-with-savepoint: the savepoint is the final checkpoint of every task.
+            self.may_finish = true;
             tracing::info!(task = %self.id, checkpoint_id, "synchronous savepoint complete; finishing");
             if self.chain.is_source() {
                 self.chain.stop_source();
@@ -543,6 +603,9 @@ impl Task {
     }
 
     async fn end_input(&mut self) -> Result<(), TaskError> {
+        if self.input_ended {
+            return Ok(());
+        }
         let mut out = Vec::new();
         self.chain.end_input(&mut out)?;
         self.emit(out).await?;
@@ -568,6 +631,10 @@ impl Task {
             InputEvent::Element { channel, element } => (channel, element),
         };
         match element {
+            StreamElement::Record(_) if self.data_ended.get(channel).copied().unwrap_or(true) => {
+                return Err(TaskError::RecordAfterEndOfData { channel });
+            }
+            StreamElement::Watermark(_) if self.input_ended => {}
             StreamElement::Record(r) => {
                 TaskCounters::add(&self.counters().records_in, 1);
                 let mut out = Vec::new();
@@ -588,22 +655,35 @@ impl Task {
                 let actions = self.aligner.on_cancel(id, DeclineReason::CanceledUpstream);
                 self.apply_alignment(actions).await?;
             }
+            StreamElement::EndOfData => self.on_end_of_data(channel).await?,
             StreamElement::EndOfInput => {
                 self.inputs.mark_finished(channel);
-                if let Some(slot) = self.watermarks.get_mut(channel) {
-                    *slot = u64::MAX;
-                }
                 let actions = self.aligner.on_end_of_input(channel);
                 self.apply_alignment(actions).await?;
-                if self.inputs.all_finished() {
-                    self.end_input().await?;
-                } else {
-                    self.advance_watermark().await?;
-                }
+                self.on_end_of_data(channel).await?;
             }
         }
         self.sync_parking();
         Ok(())
+    }
+
+    /// A channel will deliver no more records (its barriers still count for alignment until
+    /// its `EndOfInput`); once every channel did, the task's input ended.
+    async fn on_end_of_data(&mut self, channel: usize) -> Result<(), TaskError> {
+        if let Some(ended) = self.data_ended.get_mut(channel) {
+            *ended = true;
+        }
+        if self.input_ended {
+            return Ok(());
+        }
+        if let Some(slot) = self.watermarks.get_mut(channel) {
+            *slot = u64::MAX;
+        }
+        if self.data_ended.iter().all(|e| *e) {
+            self.end_input().await
+        } else {
+            self.advance_watermark().await
+        }
     }
 
     async fn advance_watermark(&mut self) -> Result<(), TaskError> {

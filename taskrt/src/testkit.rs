@@ -4,7 +4,8 @@
 //! task side: it triggers source tasks periodically (one checkpoint pending at a time), collects
 //! acknowledgements, completes a checkpoint when every task acknowledged it (writing its
 //! `_metadata` through `cairn_protocol::checkpoint`), and only then notifies every task; a decline aborts the
-//! checkpoint and notifies the abort. It remembers the latest completed checkpoint so a test can
+//! checkpoint and notifies the abort. A task that reported `finished` is no longer waited for:
+//! later checkpoints record its state as empty, as the real coordinator does. It remembers the latest completed checkpoint so a test can
 //! redeploy the job from it, and it keeps its checkpoint-id counter across redeployments so ids
 //! are never reused.
 
@@ -66,6 +67,8 @@ pub struct ScriptedCoordinator {
     next_id: u64,
     vertices: BTreeMap<String, VertexInfo>,
     expected_acks: usize,
+    /// Subtask keys of the tasks that finished.
+    finished: std::collections::BTreeSet<String>,
     pending: BTreeMap<u64, Pending>,
     latest: Option<(CheckpointMetadata, MetadataPointer)>,
     pub events: Vec<Event>,
@@ -87,6 +90,7 @@ impl ScriptedCoordinator {
             next_id: 1,
             vertices: BTreeMap::new(),
             expected_acks: 0,
+            finished: Default::default(),
             pending: BTreeMap::new(),
             latest: None,
             events: Vec::new(),
@@ -105,6 +109,7 @@ impl ScriptedCoordinator {
             })
             .collect();
         self.expected_acks = graph.vertices.iter().map(|v| v.parallelism as usize).sum();
+        self.finished.clear();
         self.pending.clear();
     }
 
@@ -131,15 +136,9 @@ impl ScriptedCoordinator {
         let id = self.next_id;
         self.next_id += 1;
         let trigger_ms = now_ms();
-        self.pending.insert(
-            id,
-            Pending {
-                options: options.clone(),
-                trigger_ms,
-                triggered_at: Instant::now(),
-                acks: BTreeMap::new(),
-            },
-        );
+        let acks = self.finished.iter().map(|k| (k.clone(), SubtaskState::default())).collect();
+        self.pending
+            .insert(id, Pending { options: options.clone(), trigger_ms, triggered_at: Instant::now(), acks });
         self.events.push(Event::Triggered(id));
         let gone = job
             .link
@@ -164,7 +163,24 @@ impl ScriptedCoordinator {
     /// Handles one task report.
     pub async fn on_report(&mut self, job: &LocalJob, msg: TaskMessage) -> Result<(), DriveError> {
         match msg {
-            TaskMessage::Status { task, status } => self.events.push(Event::Status { task, status }),
+            TaskMessage::Status { task, status } => {
+                if status == TaskStatus::Finished {
+                    let key = CheckpointMetadata::subtask_key(&task.task.vertex, task.task.subtask);
+                    self.finished.insert(key.clone());
+                    let ready: Vec<u64> = self
+                        .pending
+                        .iter_mut()
+                        .filter_map(|(id, p)| {
+                            p.acks.entry(key.clone()).or_default();
+                            (p.acks.len() == self.expected_acks).then_some(*id)
+                        })
+                        .collect();
+                    for id in ready {
+                        self.complete(job, id).await?;
+                    }
+                }
+                self.events.push(Event::Status { task, status });
+            }
             TaskMessage::Decline { task, checkpoint_id, reason } => {
                 if self.pending.contains_key(&checkpoint_id) {
                     self.events.push(Event::Aborted { checkpoint_id, reason, by: task });

@@ -6,6 +6,7 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
+use cairn_protocol::messages::TaskStatus;
 use cairn_taskrt::checkpoint::pool::SnapshotPool;
 use cairn_taskrt::demo::DemoJob;
 use cairn_taskrt::demo::source::SourceConfig;
@@ -14,7 +15,8 @@ use cairn_taskrt::demo::verify::{Expectation, verify_output};
 use cairn_taskrt::registry::OperatorRegistry;
 use cairn_taskrt::runtime::{JobDeployment, LocalJob, RuntimeOptions};
 use cairn_taskrt::state::storage::CheckpointStorage;
-use cairn_taskrt::testkit::ScriptedCoordinator;
+use cairn_taskrt::task::TaskOutcome;
+use cairn_taskrt::testkit::{Event, ScriptedCoordinator};
 use common::*;
 
 const KEYS: u64 = 16;
@@ -27,6 +29,7 @@ fn demo(output: &Path, source_p: u32, p: u32) -> DemoJob {
             records_per_key: Some(PER_KEY),
             rate_per_sec: Some(1500),
             batch: 32,
+            idle_after_limit: false,
         },
         output_dir: output.to_string_lossy().into_owned(),
         source_parallelism: source_p,
@@ -119,46 +122,55 @@ async fn run_with_kills(incremental: bool) {
     job.kill();
     assert_partial_output_is_exactly_once(&output, &coordinator);
 
-    // Run 3: restored, rescaled to 1 (and the source to 1); runs until the source is exhausted
-    // and a checkpoint covering everything is complete and committed.
+    // Run 3: restored, rescaled to 1 (and the source to 1); the bounded source runs out, every
+    // task waits for a checkpoint taken after its end of data, and finishes once it completed:
+    // by then the sink committed everything.
     let third = demo(&output, 1, 1);
     coordinator.set_graph(&third.graph());
     let mut job = deploy(&third, &storage, &coordinator, 2, incremental);
     let base = storage.job_dir().to_owned();
+    let monitors: Vec<_> = job.tasks().iter().map(|t| t.monitor.clone()).collect();
+    let from = coordinator.events.len();
     coordinator
-        .drive_until(&mut job, Duration::from_secs(60), |c| {
-            c.latest_completed().is_some_and(|m| {
-                source_offsets(m, &base, "source")
-                    .is_ok_and(|o| o.len() as u64 == KEYS && o.values().all(|n| *n == PER_KEY))
-            })
+        .drive_until(&mut job, Duration::from_secs(60), |_| {
+            monitors.iter().all(|m| m.current_state() == cairn_taskrt::lifecycle::TaskState::Finished)
         })
         .await
         .unwrap();
-    // The sink commits on the notification, which the coordinator sent right after completing.
-    let monitors: Vec<_> = job.tasks().iter().map(|t| t.monitor.clone()).collect();
-    let out = output.clone();
-    wait_for("all output committed", || {
-        verify_output(&out, &Expectation { keys: Some(KEYS), records_per_key: Some(PER_KEY), counts: None })
-            .is_ok_and(|v| v.is_exactly_once())
-    })
-    .await;
+    let outcomes = job.join().await;
+    assert!(outcomes.iter().all(|(_, o)| *o == TaskOutcome::Finished), "{outcomes:?}");
+    // Every task finished after the completion of a checkpoint they all took part in.
+    let events = &coordinator.events[from..];
+    let first_finished = events
+        .iter()
+        .position(|e| matches!(e, Event::Status { status: TaskStatus::Finished, .. }))
+        .expect("finished statuses");
+    let last_completed = events[..first_finished]
+        .iter()
+        .rev()
+        .find_map(|e| match e {
+            Event::Completed(id) => Some(*id),
+            _ => None,
+        })
+        .expect("a checkpoint completed before any task finished");
     let meta = coordinator.latest_completed().unwrap();
+    assert_eq!(meta.checkpoint_id, last_completed, "nothing completed after the final checkpoint");
+    // Committed when the tasks finished, with no wait: the final checkpoint's notification
+    // committed it.
     let offsets = source_offsets(meta, &base, "source").unwrap();
+    assert_eq!(offsets.len() as u64, KEYS);
+    assert!(offsets.values().all(|n| *n == PER_KEY), "the final checkpoint holds the end: {offsets:?}");
     let verdict = verify_output(
         &output,
         &Expectation { keys: Some(KEYS), records_per_key: Some(PER_KEY), counts: Some(offsets) },
     )
     .unwrap();
-    assert!(verdict.is_exactly_once(), "{verdict}");
+    assert!(verdict.is_exactly_once(), "{verdict}\n{}", describe_output(&output));
     assert_eq!(verdict.records, KEYS * PER_KEY);
     // The keyed counts in the checkpoint agree with the source.
     let counts = keyed_counts(meta, &base, "count", "count");
     assert_eq!(counts.len() as u64, KEYS);
     assert!(counts.values().all(|c| *c == PER_KEY), "{counts:?}");
-    for m in &monitors {
-        assert_eq!(m.current_state(), cairn_taskrt::lifecycle::TaskState::Running);
-    }
-    job.kill();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

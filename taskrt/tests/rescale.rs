@@ -20,7 +20,13 @@ const PER_KEY: u64 = 25;
 
 fn demo(output: &std::path::Path, p: u32) -> DemoJob {
     DemoJob {
-        source: SourceConfig { keys: KEYS, records_per_key: Some(PER_KEY), rate_per_sec: None, batch: 64 },
+        source: SourceConfig {
+            keys: KEYS,
+            records_per_key: Some(PER_KEY),
+            rate_per_sec: None,
+            batch: 64,
+            idle_after_limit: false,
+        },
         output_dir: output.to_string_lossy().into_owned(),
         source_parallelism: p,
         parallelism: p,

@@ -33,6 +33,11 @@ fn barrier(id: u64) -> StreamElement {
 }
 
 fn source_harness(storage: CheckpointStorage) -> Harness {
+    source_harness_with(storage, true)
+}
+
+/// A sequence source of 4 keys × 10 records; `idle_after_limit` keeps it running after them.
+fn source_harness_with(storage: CheckpointStorage, idle_after_limit: bool) -> Harness {
     let info = TaskInfo {
         job: "job".into(),
         vertex: "v".into(),
@@ -41,7 +46,8 @@ fn source_harness(storage: CheckpointStorage) -> Harness {
         max_parallelism: 128,
         attempt: 0,
     };
-    let config = SourceConfig { keys: 4, records_per_key: Some(10), rate_per_sec: None, batch: 8 };
+    let config =
+        SourceConfig { keys: 4, records_per_key: Some(10), rate_per_sec: None, batch: 8, idle_after_limit };
     let mut o =
         HarnessOptions::new(storage, vec![("src".into(), Box::new(SequenceSource::new(config, &info)))]);
     o.inputs = 0;
@@ -495,4 +501,96 @@ async fn a_checkpoint_with_a_file_per_key_group_restores_and_is_reused() {
         keyed_counts(&metadata(4, "count", 1, vec![state.clone()]), storage.job_dir(), "count", "count");
     let expected: BTreeMap<u64, u64> = (0..10).map(|k| (k, if k == 3 { 6 } else { 5 })).collect();
     assert_eq!(counts, expected);
+}
+
+async fn wait_state(h: &Harness, want: cairn_taskrt::lifecycle::TaskState) {
+    let mut state = h.monitor.state.clone();
+    tokio::time::timeout(WAIT, state.wait_for(|s| *s == want))
+        .await
+        .unwrap_or_else(|_| panic!("task never reached {want}"))
+        .expect("state watch");
+}
+
+/// Reads the task's output up to (and including) the first element that is not a record.
+async fn skip_records(h: &mut Harness) -> (usize, StreamElement) {
+    let mut records = 0;
+    loop {
+        match h.next_output().await {
+            StreamElement::Record(_) => records += 1,
+            other => return (records, other),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_bounded_source_finishes_after_a_checkpoint_taken_after_its_end_of_data_completed() {
+    use cairn_taskrt::lifecycle::TaskState;
+    init_tracing();
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = source_harness_with(CheckpointStorage::new(dir.path(), "job"), false);
+    wait_state(&h, TaskState::Finishing).await;
+    let (records, next) = skip_records(&mut h).await;
+    assert_eq!(records, 40, "every record, then the end of data");
+    assert_eq!(next, StreamElement::EndOfData);
+
+    // The completion of a checkpoint it did not take after its end of data does not finish it:
+    // the trigger after it is still taken and forwarded.
+    h.control(1, ToTask::NotifyCheckpointComplete { checkpoint_id: 7 }).await;
+    h.control(1, trigger(8)).await;
+    assert!(matches!(h.next_checkpoint_report().await, TaskMessage::Acknowledge { checkpoint_id: 8, .. }));
+    assert!(matches!(h.next_output().await, StreamElement::Barrier(b) if b.checkpoint_id == 8));
+    assert_eq!(h.monitor.current_state(), TaskState::Finishing);
+
+    // The final checkpoint completed: end of input, then finished.
+    h.control(1, ToTask::NotifyCheckpointComplete { checkpoint_id: 8 }).await;
+    assert_eq!(h.next_output().await, StreamElement::EndOfInput);
+    assert_eq!(tokio::time::timeout(WAIT, h.handle).await.unwrap().unwrap(), TaskOutcome::Finished);
+}
+
+#[tokio::test]
+async fn a_task_whose_inputs_ended_takes_triggers_and_finishes_once_its_upstream_did() {
+    use cairn_taskrt::lifecycle::TaskState;
+    init_tracing();
+    let dir = tempfile::tempdir().unwrap();
+    let storage = CheckpointStorage::new(dir.path(), "job");
+    let mut o = HarnessOptions::new(storage, vec![("count".into(), Box::new(KeyedCounter))]);
+    o.inputs = 2;
+    let mut h = spawn_task(o);
+    h.wait_running().await;
+    h.send(0, StreamElement::Record(rec(1, 1))).await;
+    h.send(0, StreamElement::EndOfData).await;
+    h.send(1, StreamElement::EndOfData).await;
+    wait_state(&h, TaskState::Finishing).await;
+    let (_, next) = skip_records(&mut h).await;
+    assert_eq!(next, StreamElement::EndOfData, "its end of data goes downstream");
+
+    // Barriers still align across both channels after their end of data.
+    h.send(0, barrier(5)).await;
+    h.send(1, barrier(5)).await;
+    assert!(matches!(h.next_checkpoint_report().await, TaskMessage::Acknowledge { checkpoint_id: 5, .. }));
+    h.control(1, ToTask::NotifyCheckpointComplete { checkpoint_id: 5 }).await;
+
+    // Its final checkpoint completed, but its upstream has not finished: it still takes part
+    // (here through a direct trigger, as the coordinator sends once every source finished).
+    h.control(1, trigger(6)).await;
+    assert!(matches!(h.next_checkpoint_report().await, TaskMessage::Acknowledge { checkpoint_id: 6, .. }));
+    assert_eq!(h.monitor.current_state(), TaskState::Finishing);
+
+    h.send(0, StreamElement::EndOfInput).await;
+    h.send(1, StreamElement::EndOfInput).await;
+    assert_eq!(tokio::time::timeout(WAIT, h.handle).await.unwrap().unwrap(), TaskOutcome::Finished);
+}
+
+#[tokio::test]
+async fn a_record_after_the_end_of_data_fails_the_task() {
+    init_tracing();
+    let dir = tempfile::tempdir().unwrap();
+    let h = counter_harness(CheckpointStorage::new(dir.path(), "job"), false, None);
+    h.wait_running().await;
+    h.send(0, StreamElement::EndOfData).await;
+    h.send(0, StreamElement::Record(rec(1, 1))).await;
+    match tokio::time::timeout(WAIT, h.handle).await.unwrap().unwrap() {
+        TaskOutcome::Failed(cause) => assert!(cause.contains("after its end of data"), "{cause}"),
+        other => panic!("{other:?}"),
+    }
 }

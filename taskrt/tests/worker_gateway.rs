@@ -34,7 +34,13 @@ fn config(coordinators: &[&str]) -> WorkerConfig {
 
 fn demo_deployment(dir: &Path, attempt: u32) -> Deployment {
     let graph = DemoJob {
-        source: SourceConfig { keys: 8, records_per_key: None, rate_per_sec: Some(400), batch: 16 },
+        source: SourceConfig {
+            keys: 8,
+            records_per_key: None,
+            rate_per_sec: Some(400),
+            batch: 16,
+            idle_after_limit: false,
+        },
         output_dir: dir.join("out").to_string_lossy().into_owned(),
         source_parallelism: 1,
         parallelism: 2,

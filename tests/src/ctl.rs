@@ -94,7 +94,13 @@ impl Ctl {
 /// The demo job writing to `output`: 4 keys, an endless source at 500 records/s, 3 subtasks.
 pub fn demo_graph(output: &Path) -> DemoJob {
     DemoJob {
-        source: SourceConfig { keys: 4, records_per_key: None, rate_per_sec: Some(500), batch: 16 },
+        source: SourceConfig {
+            keys: 4,
+            records_per_key: None,
+            rate_per_sec: Some(500),
+            batch: 16,
+            idle_after_limit: false,
+        },
         output_dir: output.display().to_string(),
         source_parallelism: 1,
         parallelism: 2,

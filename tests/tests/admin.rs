@@ -33,7 +33,13 @@ where
 
 fn graph(output: &std::path::Path) -> String {
     let graph = DemoJob {
-        source: SourceConfig { keys: 4, records_per_key: None, rate_per_sec: Some(500), batch: 16 },
+        source: SourceConfig {
+            keys: 4,
+            records_per_key: None,
+            rate_per_sec: Some(500),
+            batch: 16,
+            idle_after_limit: false,
+        },
         output_dir: output.display().to_string(),
         source_parallelism: 1,
         parallelism: 1,

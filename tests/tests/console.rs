@@ -45,7 +45,13 @@ async fn submit(
     savepoints: &std::path::Path,
 ) -> anyhow::Result<()> {
     let graph = DemoJob {
-        source: DemoSource { keys: 4, records_per_key: None, rate_per_sec: Some(500), batch: 16 },
+        source: DemoSource {
+            keys: 4,
+            records_per_key: None,
+            rate_per_sec: Some(500),
+            batch: 16,
+            idle_after_limit: false,
+        },
         output_dir: out.display().to_string(),
         source_parallelism: 1,
         parallelism: 2,

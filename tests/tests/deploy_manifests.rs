@@ -64,7 +64,13 @@ fn peer_map(config: &NodeConfig) -> BTreeMap<u64, String> {
 /// that a change of the graph format shows up here.
 fn compose_demo_job() -> DemoJob {
     DemoJob {
-        source: SourceConfig { keys: 16, records_per_key: None, rate_per_sec: Some(1000), batch: 64 },
+        source: SourceConfig {
+            keys: 16,
+            records_per_key: None,
+            rate_per_sec: Some(1000),
+            batch: 64,
+            idle_after_limit: false,
+        },
         output_dir: "/output/demo".into(),
         source_parallelism: 2,
         parallelism: 2,

@@ -42,6 +42,7 @@ fn demo_spec(output: &Path) -> String {
             records_per_key: Some(RECORDS_PER_KEY),
             rate_per_sec: Some(800),
             batch: 16,
+            idle_after_limit: true,
         },
         output_dir: output.display().to_string(),
         source_parallelism: 2,

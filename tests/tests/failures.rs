@@ -103,7 +103,13 @@ async fn expiry(cluster: &ProcCluster) -> anyhow::Result<()> {
     let output = cluster.scratch("out")?;
     // The shape: 10,000 keys, so a checkpoint's asynchronous part writes many files.
     let graph = DemoJob {
-        source: SourceConfig { keys: 10_000, records_per_key: None, rate_per_sec: Some(2000), batch: 64 },
+        source: SourceConfig {
+            keys: 10_000,
+            records_per_key: None,
+            rate_per_sec: Some(2000),
+            batch: 64,
+            idle_after_limit: false,
+        },
         output_dir: output.display().to_string(),
         source_parallelism: 1,
         parallelism: 2,

@@ -36,7 +36,13 @@ fn sample(text: &str, series: &str) -> Option<f64> {
 
 fn demo_graph(output: &std::path::Path) -> JobGraph {
     DemoJob {
-        source: SourceConfig { keys: 8, records_per_key: None, rate_per_sec: Some(400), batch: 16 },
+        source: SourceConfig {
+            keys: 8,
+            records_per_key: None,
+            rate_per_sec: Some(400),
+            batch: 16,
+            idle_after_limit: false,
+        },
         output_dir: output.display().to_string(),
         source_parallelism: 2,
         parallelism: 2,

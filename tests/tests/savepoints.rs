@@ -24,6 +24,7 @@ fn spec(output: &std::path::Path, restore_from: Option<&str>) -> String {
             records_per_key: Some(RECORDS_PER_KEY),
             rate_per_sec: Some(1000),
             batch: 16,
+            idle_after_limit: true,
         },
         output_dir: output.display().to_string(),
         source_parallelism: 1,

@@ -290,7 +290,13 @@ async fn a_worker_with_the_cluster_ca_runs_the_demo_job_to_a_checkpoint() -> any
     })?;
     let output = cluster.root.path().join("out");
     let graph = DemoJob {
-        source: SourceConfig { keys: 4, records_per_key: None, rate_per_sec: Some(1000), batch: 16 },
+        source: SourceConfig {
+            keys: 4,
+            records_per_key: None,
+            rate_per_sec: Some(1000),
+            batch: 16,
+            idle_after_limit: false,
+        },
         output_dir: output.display().to_string(),
         source_parallelism: 1,
         parallelism: 2,

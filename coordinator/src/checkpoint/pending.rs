@@ -106,9 +106,10 @@ pub struct PendingInit {
 }
 
 impl PendingCheckpoint {
-    /// A checkpoint waiting for every task of `tasks`.
+    /// A checkpoint waiting for every task of `tasks` that has not finished; a finished task
+    /// counts as acknowledged with empty state.
     pub fn new(init: PendingInit, tasks: &TaskSet) -> Self {
-        Self {
+        let mut pending = Self {
             id: init.id,
             kind: init.kind,
             origin: init.origin,
@@ -126,7 +127,21 @@ impl PendingCheckpoint {
             master_states: BTreeMap::new(),
             completion_time_ms: None,
             completed: None,
+        };
+        for attempt in tasks.finished_attempts() {
+            pending.task_finished(attempt);
         }
+        pending
+    }
+
+    /// A task this checkpoint waits for finished without acknowledging it: it finished after
+    /// a final checkpoint, so it takes no part in this one and its state here is empty.
+    /// Returns whether every task is now in (`None` if the checkpoint did not wait for it).
+    pub fn task_finished(&mut self, attempt: TaskAttemptId) -> Option<bool> {
+        let key = self.not_yet_acked.remove(&attempt)?;
+        self.states.insert(key.clone(), SubtaskState::default());
+        self.acked.insert(attempt, key);
+        Some(self.not_yet_acked.is_empty())
     }
 
     pub fn num_tasks(&self) -> usize {

@@ -2,8 +2,9 @@
 //! identity of its current execution attempt and whether it is running.
 //!
 //! The scheduler (or the task gateway) builds a [`TaskSet`] when it deploys the job and reports
-//! status changes as events; the core uses it to decide whom to trigger (sources), whose
-//! acknowledgements to wait for (every subtask), and whom to notify.
+//! status changes as events; the core uses it to decide whom to trigger (the running sources,
+//! or once every source finished, the running tasks whose inputs all finished), whose
+//! acknowledgements to wait for (every subtask that has not finished), and whom to notify.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -35,6 +36,9 @@ pub struct TaskDescriptor {
     pub max_parallelism: u32,
     /// Sources receive the trigger; every other task learns of a checkpoint from barriers.
     pub is_source: bool,
+    /// Vertices with an edge into this one (empty for a source).
+    #[serde(default)]
+    pub inputs: Vec<String>,
     pub attempt: TaskAttemptId,
 }
 
@@ -49,9 +53,14 @@ impl TaskDescriptor {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TaskStatus {
+    /// Running, or finishing (its input ended; it takes part in checkpoints until one taken
+    /// after its end of data completed).
     Running,
     /// Deploying, canceling, canceled or otherwise not able to take part in a checkpoint.
     NotRunning,
+    /// Done after its final checkpoint: it takes no part in later checkpoints, which record
+    /// its state as empty (Flink's finished-task state: its final state is in the checkpoint
+    /// that let it finish, and the output it made is committed).
     Finished,
     Failed,
 }
@@ -155,14 +164,48 @@ impl TaskSet {
         self.tasks.iter().map(|(t, s)| (t, *s))
     }
 
-    /// The first task that is not running, if any: a checkpoint cannot be triggered then.
+    /// The first task that is neither running nor finished, if any: a checkpoint cannot be
+    /// triggered then.
     pub fn first_not_running(&self) -> Option<&TaskDescriptor> {
-        self.tasks.iter().find(|(_, s)| *s != TaskStatus::Running).map(|(t, _)| t)
+        self.tasks
+            .iter()
+            .find(|(_, s)| !matches!(s, TaskStatus::Running | TaskStatus::Finished))
+            .map(|(t, _)| t)
     }
 
-    /// Attempts of the source tasks (the ones that receive the trigger).
-    pub fn source_attempts(&self) -> Vec<TaskAttemptId> {
-        self.tasks.iter().filter(|(t, _)| t.is_source).map(|(t, _)| t.attempt).collect()
+    /// The attempts that receive a trigger: the running sources; once every source finished,
+    /// the running tasks whose input vertices all finished (they take the trigger as a source
+    /// does, as Flink triggers the first unfinished tasks).
+    pub fn trigger_attempts(&self) -> Vec<TaskAttemptId> {
+        let sources: Vec<TaskAttemptId> = self
+            .tasks
+            .iter()
+            .filter(|(t, s)| t.is_source && *s == TaskStatus::Running)
+            .map(|(t, _)| t.attempt)
+            .collect();
+        if !sources.is_empty() {
+            return sources;
+        }
+        let mut unfinished = std::collections::BTreeSet::new();
+        for (t, s) in &self.tasks {
+            if *s != TaskStatus::Finished {
+                unfinished.insert(t.vertex.as_str());
+            }
+        }
+        self.tasks
+            .iter()
+            .filter(|(t, s)| {
+                *s == TaskStatus::Running
+                    && !t.inputs.is_empty()
+                    && t.inputs.iter().all(|v| !unfinished.contains(v.as_str()))
+            })
+            .map(|(t, _)| t.attempt)
+            .collect()
+    }
+
+    /// Attempts of the tasks that finished.
+    pub fn finished_attempts(&self) -> Vec<TaskAttemptId> {
+        self.tasks.iter().filter(|(_, s)| *s == TaskStatus::Finished).map(|(t, _)| t.attempt).collect()
     }
 
     /// Attempts currently running (the ones that can be notified).
@@ -195,6 +238,7 @@ mod tests {
             parallelism,
             max_parallelism: 8,
             is_source: vertex == "src",
+            inputs: if vertex == "src" { Vec::new() } else { vec!["src".into()] },
             attempt: TaskAttemptId(attempt),
         }
     }

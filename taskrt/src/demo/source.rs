@@ -4,9 +4,10 @@
 //! on restore, the offsets list state is redistributed round-robin). For each owned key the
 //! source emits `Record { key, value: 1, seq }` with `seq = 1, 2, …`, cycling over its keys.
 //! Its offsets (`key → records emitted`) are list state, one element per key. With
-//! `records_per_key` set it stops emitting when every owned key reached it, and idles (still
-//! taking checkpoints) until stopped; it never finishes on its own, so that everything it emitted
-//! is eventually checkpointed and committed.
+//! `records_per_key` set it is bounded: once every owned key reached the limit it finishes (the
+//! task then waits for a final checkpoint, so that everything it emitted is committed
+//! downstream, and the job ends `finished`). `idle_after_limit` keeps it running instead, idle
+//! but still checkpointing until stopped, for a job that must outlive its output.
 
 use std::time::{Duration, Instant};
 
@@ -39,11 +40,20 @@ pub struct SourceConfig {
     /// Records per poll, at most.
     #[serde(default = "default_batch")]
     pub batch: u64,
+    /// With `records_per_key`: stay running (idle) after the last record instead of finishing.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub idle_after_limit: bool,
 }
 
 impl Default for SourceConfig {
     fn default() -> Self {
-        Self { keys: default_keys(), records_per_key: None, rate_per_sec: None, batch: default_batch() }
+        Self {
+            keys: default_keys(),
+            records_per_key: None,
+            rate_per_sec: None,
+            batch: default_batch(),
+            idle_after_limit: false,
+        }
     }
 }
 
@@ -111,6 +121,13 @@ impl SequenceSource {
     fn exhausted(&self, emitted: u64) -> bool {
         self.config.records_per_key.is_some_and(|limit| emitted >= limit)
     }
+
+    /// A bounded source whose every owned key reached the limit (or that owns no key).
+    fn finished(&self) -> bool {
+        self.config.records_per_key.is_some()
+            && !self.config.idle_after_limit
+            && self.offsets.iter().all(|(_, emitted)| self.exhausted(*emitted))
+    }
 }
 
 impl Operator for SequenceSource {
@@ -148,7 +165,7 @@ impl Operator for SequenceSource {
     }
 
     fn poll_source(&mut self, ctx: &mut OperatorContext<'_>) -> Result<SourcePoll, OperatorError> {
-        if self.stopped {
+        if self.stopped || self.finished() {
             return Ok(SourcePoll::Finished);
         }
         let started = *self.started.get_or_insert_with(Instant::now);

@@ -46,6 +46,7 @@ fn core_with(n: u32) -> anyhow::Result<CheckpointCoordinatorCore> {
             parallelism: n,
             max_parallelism: n,
             is_source: true,
+            inputs: Vec::new(),
             attempt: TaskAttemptId(i as u64),
         })
         .collect();

@@ -148,7 +148,13 @@ async fn main() -> anyhow::Result<()> {
     cluster.launch_worker("w1", 8)?;
     let mut c = cluster.client()?;
     let graph = DemoJob {
-        source: SourceConfig { keys: 16, records_per_key: None, rate_per_sec: Some(500), batch: 16 },
+        source: SourceConfig {
+            keys: 16,
+            records_per_key: None,
+            rate_per_sec: Some(500),
+            batch: 16,
+            idle_after_limit: false,
+        },
         output_dir: output.display().to_string(),
         source_parallelism: 2,
         parallelism: 2,

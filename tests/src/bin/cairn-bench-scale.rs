@@ -139,7 +139,13 @@ async fn main() -> anyhow::Result<()> {
 fn spec(args: &Args, output: &str) -> anyhow::Result<String> {
     let third = args.tasks / 3;
     let graph = DemoJob {
-        source: SourceConfig { keys: 16, records_per_key: None, rate_per_sec: Some(100), batch: 16 },
+        source: SourceConfig {
+            keys: 16,
+            records_per_key: None,
+            rate_per_sec: Some(100),
+            batch: 16,
+            idle_after_limit: false,
+        },
         output_dir: output.to_owned(),
         source_parallelism: args.tasks - 2 * third,
         parallelism: third,

@@ -133,6 +133,7 @@ async fn run(args: &Args, p: u32) -> anyhow::Result<()> {
             records_per_key: None,
             rate_per_sec: Some(args.rate.div_ceil(u64::from(p))),
             batch: 64,
+            idle_after_limit: false,
         },
         output_dir: output.display().to_string(),
         source_parallelism: p,

@@ -205,6 +205,7 @@ fn demo_spec(schedule: &Schedule, machines: &Machines) -> String {
             records_per_key: Some(RECORDS_PER_KEY),
             rate_per_sec: Some(RATE_PER_SEC),
             batch: 16,
+            idle_after_limit: true,
         },
         output_dir: machines.output_dir().display().to_string(),
         source_parallelism: 2,

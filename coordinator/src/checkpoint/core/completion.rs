@@ -123,7 +123,7 @@ impl CheckpointCoordinatorCore {
     }
 
     /// All acks are in: build `_metadata` and have it written.
-    fn finalize(&mut self, now: Now, id: u64, out: &mut Vec<Action>) {
+    pub(super) fn finalize(&mut self, now: Now, id: u64, out: &mut Vec<Action>) {
         if self.pending.get(&id).is_some_and(|p| p.kind == CheckpointKind::Checkpoint)
             && self.latest_completed.is_some_and(|latest| latest >= id)
         {

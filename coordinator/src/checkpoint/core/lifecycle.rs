@@ -1,7 +1,8 @@
 //! Task status changes, redeployment, stopping the scheduler, shutdown and suspension.
 //!
 //! - A task that fails fails the pending checkpoints it has not acknowledged; a task that stops
-//!   running or finishes aborts them too (they can no longer complete).
+//!   running aborts them too (they can no longer complete). A task that finishes (after its
+//!   final checkpoint) counts as having acknowledged them with empty state.
 //! - Stopping the scheduler (the job is restarting) and redeploying abort every checkpoint that
 //!   has not reached its commit; a commit in flight is left to Raft. The failure count stays.
 //! - Shutdown fails every pending checkpoint with the shutdown reason; with a terminal job
@@ -35,15 +36,23 @@ impl CheckpointCoordinatorCore {
         }
         let reason = match status {
             TaskStatus::Running => return,
+            TaskStatus::Finished => return self.on_task_finished(now, attempt, out),
             TaskStatus::Failed => CheckpointFailureReason::TaskFailure,
-            TaskStatus::NotRunning | TaskStatus::Finished => {
-                CheckpointFailureReason::NotAllRequiredTasksRunning
-            }
+            TaskStatus::NotRunning => CheckpointFailureReason::NotAllRequiredTasksRunning,
         };
         let task = self.tasks.get(attempt).map(|t| t.key()).unwrap_or_default();
         for id in self.pending_where(|p| p.stage == Stage::Acking && p.waits_for(attempt)) {
             let detail = format!("task {task} ({attempt}) is {status:?} and has not acknowledged");
             self.abort(now, id, reason, Some(detail), out);
+        }
+    }
+
+    fn on_task_finished(&mut self, now: Now, attempt: TaskAttemptId, out: &mut Vec<Action>) {
+        for id in self.pending_where(|p| p.stage == Stage::Acking && p.waits_for(attempt)) {
+            let all_in = self.pending.get_mut(&id).and_then(|p| p.task_finished(attempt));
+            if all_in == Some(true) {
+                self.finalize(now, id, out);
+            }
         }
     }
 

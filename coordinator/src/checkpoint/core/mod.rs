@@ -374,6 +374,12 @@ impl CheckpointCoordinatorCore {
             self.reject(now, request, CheckpointFailureReason::NotAllRequiredTasksRunning, out);
             return;
         }
+        if self.tasks.trigger_attempts().is_empty() {
+            // Every task finished, or the last ones are finishing after their final checkpoint.
+            tracing::debug!(job = %self.config.job, "not triggering: no task left to trigger");
+            self.reject(now, request, CheckpointFailureReason::NotAllRequiredTasksRunning, out);
+            return;
+        }
         if request.props.kind == CheckpointKind::SyncSavepoint {
             self.pause_for_sync_savepoint(now, out);
         }
@@ -473,7 +479,7 @@ impl CheckpointCoordinatorCore {
             checkpoint_id: id,
             timestamp_ms: now.wall_ms,
             options: CheckpointOptions { kind, base_dir, exclusive_dir, drain: request.props.drain },
-            tasks: self.tasks.source_attempts(),
+            tasks: self.tasks.trigger_attempts(),
         });
         if let Origin::Manual(request) = request.origin {
             out.push(Action::TriggerAccepted { request, checkpoint_id: id });

@@ -1,5 +1,6 @@
 //! Re-attaching tasks after a leader change: a job whose tasks of the latest attempt all come
-//! back continues without a restart; otherwise it restarts from its latest checkpoint.
+//! back (running, finishing after their end of data, or finished while the worker still holds
+//! the job) continues without a restart; otherwise it restarts from its latest checkpoint.
 
 use super::*;
 
@@ -20,7 +21,9 @@ impl JobDriver {
                 }
                 let complete = self.reattached.len() == self.tasks.len()
                     && self.reattached.values().all(|(a, status, l)| {
-                        *a == latest_attempt && status == "running" && l.worker_id == lease.worker_id
+                        *a == latest_attempt
+                            && matches!(status.as_str(), "running" | "finishing" | "finished")
+                            && l.worker_id == lease.worker_id
                     });
                 if complete {
                     self.resume_without_restart(latest_attempt, lease);
@@ -90,7 +93,17 @@ impl JobDriver {
             );
         }
         let all: BTreeSet<usize> = (0..self.tasks.len()).collect();
-        self.deployed = Some(Deployed { attempt, lease, running: all, finished: BTreeSet::new() });
+        let finished: BTreeSet<usize> = self
+            .reattached
+            .iter()
+            .filter(|(_, (_, status, _))| status == "finished")
+            .map(|(i, _)| *i)
+            .collect();
+        for i in &finished {
+            let attempt = core_attempt(attempt, *i);
+            self.feed(Event::TaskStatusChanged { attempt, status: TaskStatus::Finished });
+        }
+        self.deployed = Some(Deployed { attempt, lease, running: all, finished });
         self.reattached.clear();
         self.phase = Phase::Running;
         self.feed(Event::ResumeScheduler);

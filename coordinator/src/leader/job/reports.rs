@@ -98,12 +98,11 @@ impl JobDriver {
 
     pub(super) fn on_task_status(&mut self, index: usize, attempt: TaskAttemptId, status: RtTaskStatus) {
         let core_status = match &status {
-            RtTaskStatus::Running => TaskStatus::Running,
+            // A finishing task waits for its final checkpoint: it takes part in checkpoints.
+            RtTaskStatus::Running | RtTaskStatus::Finishing => TaskStatus::Running,
             RtTaskStatus::Finished => TaskStatus::Finished,
             RtTaskStatus::Failed(_) | RtTaskStatus::Canceled => TaskStatus::Failed,
-            RtTaskStatus::Created | RtTaskStatus::Restoring | RtTaskStatus::Finishing => {
-                TaskStatus::NotRunning
-            }
+            RtTaskStatus::Created | RtTaskStatus::Restoring => TaskStatus::NotRunning,
         };
         if self.core.is_some() {
             self.feed(Event::TaskStatusChanged { attempt, status: core_status });

@@ -17,6 +17,8 @@ pub struct GraphTask {
     pub parallelism: u32,
     pub max_parallelism: u32,
     pub is_source: bool,
+    /// Vertices with an edge into this one.
+    pub inputs: Vec<String>,
 }
 
 /// The subtasks of a validated graph, in a stable order.
@@ -35,6 +37,10 @@ impl GraphTasks {
             let is_source = catalog
                 .is_source_kind(&v.operator.kind)
                 .ok_or_else(|| format!("vertex {}: unknown operator kind {:?}", v.id, v.operator.kind))?;
+            let mut inputs: Vec<String> =
+                graph.edges.iter().filter(|e| e.to == v.id).map(|e| e.from.clone()).collect();
+            inputs.sort();
+            inputs.dedup();
             for i in 0..v.parallelism {
                 tasks.push(GraphTask {
                     vertex: v.id.clone(),
@@ -42,6 +48,7 @@ impl GraphTasks {
                     parallelism: v.parallelism,
                     max_parallelism: v.max_parallelism,
                     is_source,
+                    inputs: inputs.clone(),
                 });
             }
         }
@@ -76,6 +83,7 @@ impl GraphTasks {
                 parallelism: t.parallelism,
                 max_parallelism: t.max_parallelism,
                 is_source: t.is_source,
+                inputs: t.inputs.clone(),
                 attempt: core_attempt(attempt, i),
             })
             .collect();

@@ -295,6 +295,7 @@ async fn run(args: &Args, spec: RunSpec) -> anyhow::Result<RunResult> {
         records_per_key: None,
         rate_per_sec: spec.rate_per_sec,
         batch: args.batch,
+        idle_after_limit: false,
     };
     let graph = demo(source.clone()).graph();
     let mut coordinator = ScriptedCoordinator::new("bench", storage.clone(), &graph);
@@ -303,7 +304,13 @@ async fn run(args: &Args, spec: RunSpec) -> anyhow::Result<RunResult> {
     let mut job = if spec.prefill {
         // One record per key, unthrottled, checkpointed; then the measured job restores from that
         // checkpoint, so every key has keyed state even if the measured source is slow.
-        let prefill = demo(SourceConfig { records_per_key: Some(1), rate_per_sec: None, ..source }).graph();
+        let prefill = demo(SourceConfig {
+            records_per_key: Some(1),
+            rate_per_sec: None,
+            idle_after_limit: true,
+            ..source
+        })
+        .graph();
         let mut job = deploy(&prefill, 0, None)?;
         let monitors = Monitors::of(&job);
         let keys = args.keys;

@@ -4,6 +4,7 @@
 //! synthetic and only moves when a test says so.
 
 mod completion_rules;
+mod finished_rules;
 mod lifecycle_rules;
 mod pending_rules;
 mod trigger_rules;
@@ -44,6 +45,7 @@ pub(crate) fn desc(
         parallelism,
         max_parallelism: 8,
         is_source,
+        inputs: if is_source { Vec::new() } else { vec!["src".into()] },
         attempt: TaskAttemptId(attempt),
     }
 }

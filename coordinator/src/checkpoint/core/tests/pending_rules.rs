@@ -240,7 +240,7 @@ fn task_failure_fails_unacknowledged_checkpoints() {
 fn task_not_running_aborts_unacknowledged_checkpoints() {
     let mut h = Harness::new(CheckpointConfig::default());
     let id = h.checkpoint();
-    let acts = h.handle(Event::TaskStatusChanged { attempt: A3, status: TaskStatus::Finished });
+    let acts = h.handle(Event::TaskStatusChanged { attempt: A3, status: TaskStatus::NotRunning });
     assert_eq!(aborted(&acts), vec![(id, CheckpointFailureReason::NotAllRequiredTasksRunning)]);
 }
 

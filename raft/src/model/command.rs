@@ -12,7 +12,11 @@ use super::{CheckpointConfig, CompletedCheckpoint, ConfigError, JobId, JobSpec, 
 pub const MAX_ID_RESERVATION: u32 = 10_000;
 
 /// A change to the replicated state, proposed by the leader through Raft.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+///
+/// Encoded as a map whose `cmd` entry names the command, first, then its fields. Decoding reads
+/// that tag first and the fields straight into the variant (see [`super::command_de`]), instead
+/// of buffering the whole map as serde's internally tagged enums do.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "cmd", rename_all = "snake_case")]
 pub enum Command {
     /// Adds a job to the registry in state `created`.

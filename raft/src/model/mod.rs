@@ -11,6 +11,7 @@
 //! touches ([`Command::job`]) together with the applied log id, in one transaction.
 
 mod command;
+mod command_de;
 mod job;
 pub mod request;
 mod state;

@@ -335,22 +335,8 @@ impl Task {
     }
 
     async fn run_loop(&mut self) -> Result<(), TaskError> {
-        let is_source = self.chain.is_source();
         while !self.input_ended {
-            let input_open = self.sync_savepoint.is_none();
-            let idle_until = self.source_idle_until;
-            tokio::select! {
-                biased;
-                msg = self.control.recv() => match msg {
-                    Some(msg) => self.on_control(msg).await?,
-                    None => return Err(TaskError::Canceled),
-                },
-                outcome = self.in_flight.next(), if !self.in_flight.is_empty() => {
-                    self.on_async_outcome(outcome).await?;
-                }
-                event = self.inputs.next(), if input_open && !is_source => self.on_input(event).await?,
-                _ = wait_until(idle_until), if input_open && is_source => self.poll_source().await?,
-            }
+            self.turn(true).await?;
         }
         Ok(())
     }
@@ -362,20 +348,30 @@ impl Task {
         if !self.may_finish {
             tracing::info!(task = %self.id, "end of data: waiting for a final checkpoint");
         }
-        let is_source = self.chain.is_source();
         while !(self.may_finish && self.inputs.all_finished()) {
-            let input_open = self.sync_savepoint.is_none();
-            tokio::select! {
-                biased;
-                msg = self.control.recv() => match msg {
-                    Some(msg) => self.on_control(msg).await?,
-                    None => return Err(TaskError::Canceled),
-                },
-                outcome = self.in_flight.next(), if !self.in_flight.is_empty() => {
-                    self.on_async_outcome(outcome).await?;
-                }
-                event = self.inputs.next(), if input_open && !is_source => self.on_input(event).await?,
+            self.turn(false).await?;
+        }
+        Ok(())
+    }
+
+    /// One turn of the mailbox: a coordinator message, a finished asynchronous part, or input
+    /// (records, barriers and events from upstream; for a source, its next records while
+    /// `poll_source`).
+    async fn turn(&mut self, poll_source: bool) -> Result<(), TaskError> {
+        let is_source = self.chain.is_source();
+        let input_open = self.sync_savepoint.is_none();
+        let idle_until = self.source_idle_until;
+        tokio::select! {
+            biased;
+            msg = self.control.recv() => match msg {
+                Some(msg) => self.on_control(msg).await?,
+                None => return Err(TaskError::Canceled),
+            },
+            outcome = self.in_flight.next(), if !self.in_flight.is_empty() => {
+                self.on_async_outcome(outcome).await?;
             }
+            event = self.inputs.next(), if input_open && !is_source => self.on_input(event).await?,
+            _ = wait_until(idle_until), if input_open && is_source && poll_source => self.poll_source().await?,
         }
         Ok(())
     }

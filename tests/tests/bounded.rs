@@ -60,6 +60,29 @@ fn committed_exactly_once(output: &Path, records_per_key: u64) -> anyhow::Result
     Ok(())
 }
 
+/// Three replicas and worker `w1` (default settings) running the bounded demo job `bounded`.
+async fn start(records_per_key: u64) -> anyhow::Result<(ProcCluster, std::path::PathBuf, LeaderClient)> {
+    init_test_logging();
+    let mut cluster = ProcCluster::start(3, &[])?;
+    let output = cluster.scratch("out")?;
+    cluster.launch_worker("w1", 8)?;
+    let mut client = cluster.client()?;
+    client.register_job("bounded", &spec(&output, records_per_key, 400)).await?;
+    Ok((cluster, output, client))
+}
+
+/// Waits until source subtask 1 (one key: it runs out first) finished on worker `w1`.
+async fn source_1_finished(cluster: &ProcCluster) -> anyhow::Result<()> {
+    wait::until("source subtask 1 to finish", T, || {
+        let done = cluster
+            .worker_log_text("w1")
+            .lines()
+            .any(|l| l.contains("task state") && l.contains("source#1") && l.contains("finished"));
+        async move { done.then_some(()) }
+    })
+    .await
+}
+
 fn with_logs(cluster: &ProcCluster, r: anyhow::Result<()>) -> anyhow::Result<()> {
     if r.is_err() {
         eprintln!("{}", cluster.logs(200));
@@ -69,12 +92,7 @@ fn with_logs(cluster: &ProcCluster, r: anyhow::Result<()>) -> anyhow::Result<()>
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bounded_job_finishes_with_all_its_output_committed() -> anyhow::Result<()> {
-    init_test_logging();
-    let mut cluster = ProcCluster::start(3, &[])?;
-    let output = cluster.scratch("out")?;
-    cluster.launch_worker("w1", 8)?;
-    let mut client = cluster.client()?;
-    client.register_job("bounded", &spec(&output, 400, 400)).await?;
+    let (cluster, output, mut client) = start(400).await?;
     let result: anyhow::Result<()> = async {
         wait_finished(&client, "bounded").await?;
         committed_exactly_once(&output, 400)?;
@@ -96,25 +114,10 @@ async fn a_bounded_job_finishes_with_all_its_output_committed() -> anyhow::Resul
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bounded_job_whose_worker_dies_after_a_source_finished_ends_exactly_once() -> anyhow::Result<()> {
-    init_test_logging();
-    let mut cluster = ProcCluster::start(3, &[])?;
-    let output = cluster.scratch("out")?;
-    cluster.launch_worker("w1", 8)?;
-    let mut client = cluster.client()?;
     // Subtask 1 emits 1,000 records in about 2.5 s, subtask 0 twice as many.
-    client.register_job("bounded", &spec(&output, 1000, 400)).await?;
+    let (mut cluster, output, mut client) = start(1000).await?;
     let result: anyhow::Result<()> = async {
-        let w1_finished = |cluster: &ProcCluster| {
-            cluster
-                .worker_log_text("w1")
-                .lines()
-                .any(|l| l.contains("task state") && l.contains("source#1") && l.contains("finished"))
-        };
-        wait::until("source subtask 1 to finish", T, || {
-            let done = w1_finished(&cluster);
-            async move { done.then_some(()) }
-        })
-        .await?;
+        source_1_finished(&cluster).await?;
         let job = client.get_job("bounded").await?;
         assert_ne!(
             job.status, "finished",
@@ -134,21 +137,9 @@ async fn a_bounded_job_whose_worker_dies_after_a_source_finished_ends_exactly_on
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_killed_while_a_bounded_job_finishes_costs_no_restart() -> anyhow::Result<()> {
-    init_test_logging();
-    let mut cluster = ProcCluster::start(3, &[])?;
-    let output = cluster.scratch("out")?;
-    cluster.launch_worker("w1", 8)?;
-    let mut client = cluster.client()?;
-    client.register_job("bounded", &spec(&output, 1000, 400)).await?;
+    let (mut cluster, output, mut client) = start(1000).await?;
     let result: anyhow::Result<()> = async {
-        wait::until("source subtask 1 to finish", T, || {
-            let done = cluster
-                .worker_log_text("w1")
-                .lines()
-                .any(|l| l.contains("task state") && l.contains("source#1") && l.contains("finished"));
-            async move { done.then_some(()) }
-        })
-        .await?;
+        source_1_finished(&cluster).await?;
         let leader = client.status().await?.leader_id;
         cluster.nodes.get_mut(&leader).ok_or_else(|| anyhow::anyhow!("no leader process"))?.kill9()?;
         wait_finished(&client, "bounded").await?;

@@ -5,21 +5,23 @@
 //! operators → open (tail to head) → run → close (head to tail) → end of data downstream →
 //! final checkpoint → end of input downstream → dispose; a failure or cancellation at any point
 //! cancels the asynchronous snapshot parts (removing their files) and disposes the operators.
+//! The loop selects, in priority order (`biased`): coordinator messages (trigger, notify,
+//! abort, cancel), finished asynchronous snapshot parts, then input (records and barriers from
+//! upstream, or the source's next records). During a synchronous savepoint the input arm is
+//! disabled until the savepoint is notified complete or aborted. Sending downstream awaits the
+//! bounded channels: a task blocked by backpressure handles its next message once the send went
+//! through.
 //!
 //! Finishing follows Flink's FLIP-147: once its input ended (a bounded source ran out, or every
 //! upstream channel delivered `EndOfData`) a task closes its operators, sends `EndOfData`
-//! downstream and stays in `finishing`, still taking part in checkpoints, until a checkpoint
-//! it snapshotted after its end of data is completed. Its completion notice lets two-phase-commit
+//! downstream and stays in `finishing`, still taking part in checkpoints, until a checkpoint it
+//! snapshotted after its end of data is completed. Its completion notice lets two-phase-commit
 //! operators commit everything the task ever produced; once it arrived and every upstream
 //! channel delivered `EndOfInput` (so no upstream task can still send it a barrier), the task
-//! sends `EndOfInput` and finishes. A task whose inputs all ended takes a trigger like a source does
-//! (the coordinator triggers it when every source finished). A stop-with-savepoint is its own
-//! final checkpoint: a task that completed a synchronous savepoint finishes without waiting. The loop selects, in priority order
-//! (`biased`): coordinator messages (trigger, notify, abort, cancel), finished asynchronous
-//! snapshot parts, then input (records and barriers from upstream, or the source's next
-//! records). During a synchronous savepoint the input arm is disabled until the savepoint is
-//! notified complete or aborted. Sending downstream awaits the bounded channels: a task blocked
-//! by backpressure handles its next message once the send went through.
+//! sends `EndOfInput` and finishes. A task whose inputs all ended takes a trigger like a source
+//! does (the coordinator triggers it when every source finished). A stop-with-savepoint is its
+//! own final checkpoint: a task that completed a synchronous savepoint finishes without
+//! waiting.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};

@@ -3,13 +3,13 @@
 //! It stands in for the real (Raft-backed) coordinator with the same observable contract on the
 //! task side: it triggers source tasks periodically (one checkpoint pending at a time), collects
 //! acknowledgements, completes a checkpoint when every task acknowledged it (writing its
-//! `_metadata` through `cairn_protocol::checkpoint`), and only then notifies every task; a decline aborts the
-//! checkpoint and notifies the abort. A task that reported `finished` is no longer waited for:
-//! later checkpoints record its state as empty, as the real coordinator does. It remembers the latest completed checkpoint so a test can
-//! redeploy the job from it, and it keeps its checkpoint-id counter across redeployments so ids
-//! are never reused.
+//! `_metadata` through `cairn_protocol::checkpoint`), and only then notifies every task; a
+//! decline aborts the checkpoint and notifies the abort. A task that reported `finished` is no
+//! longer waited for: later checkpoints record its state as empty, as the real coordinator does.
+//! It remembers the latest completed checkpoint so a test can redeploy the job from it, and it
+//! keeps its checkpoint-id counter across redeployments so ids are never reused.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use cairn_protocol::checkpoint::metadata::METADATA_VERSION;
@@ -68,7 +68,7 @@ pub struct ScriptedCoordinator {
     vertices: BTreeMap<String, VertexInfo>,
     expected_acks: usize,
     /// Subtask keys of the tasks that finished.
-    finished: std::collections::BTreeSet<String>,
+    finished: BTreeSet<String>,
     pending: BTreeMap<u64, Pending>,
     latest: Option<(CheckpointMetadata, MetadataPointer)>,
     pub events: Vec<Event>,

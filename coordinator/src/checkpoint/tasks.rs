@@ -6,7 +6,7 @@
 //! or once every source finished, the running tasks whose inputs all finished), whose
 //! acknowledgements to wait for (every subtask that has not finished), and whom to notify.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 
 use cairn_protocol::checkpoint::VertexInfo;
@@ -173,6 +173,16 @@ impl TaskSet {
             .map(|(t, _)| t)
     }
 
+    /// Why no checkpoint can be triggered now, if so: a task is neither running nor finished,
+    /// or no task is left to take the trigger (every task finished, or the last ones are
+    /// finishing after their final checkpoint).
+    pub fn why_not_triggerable(&self) -> Option<String> {
+        if let Some(task) = self.first_not_running() {
+            return Some(format!("task {} is not running", task.key()));
+        }
+        self.trigger_attempts().is_empty().then(|| "no task is left to trigger".to_owned())
+    }
+
     /// The attempts that receive a trigger: the running sources; once every source finished,
     /// the running tasks whose input vertices all finished (they take the trigger as a source
     /// does, as Flink triggers the first unfinished tasks).
@@ -186,7 +196,7 @@ impl TaskSet {
         if !sources.is_empty() {
             return sources;
         }
-        let mut unfinished = std::collections::BTreeSet::new();
+        let mut unfinished = BTreeSet::new();
         for (t, s) in &self.tasks {
             if *s != TaskStatus::Finished {
                 unfinished.insert(t.vertex.as_str());

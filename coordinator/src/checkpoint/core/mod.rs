@@ -369,14 +369,8 @@ impl CheckpointCoordinatorCore {
                 return;
             }
         }
-        if let Some(task) = self.tasks.first_not_running() {
-            tracing::info!(job = %self.config.job, task = %task.key(), "not triggering: a task is not running");
-            self.reject(now, request, CheckpointFailureReason::NotAllRequiredTasksRunning, out);
-            return;
-        }
-        if self.tasks.trigger_attempts().is_empty() {
-            // Every task finished, or the last ones are finishing after their final checkpoint.
-            tracing::debug!(job = %self.config.job, "not triggering: no task left to trigger");
+        if let Some(why) = self.tasks.why_not_triggerable() {
+            tracing::info!(job = %self.config.job, %why, "not triggering");
             self.reject(now, request, CheckpointFailureReason::NotAllRequiredTasksRunning, out);
             return;
         }
@@ -427,7 +421,7 @@ impl CheckpointCoordinatorCore {
             }
             return;
         }
-        if self.tasks.first_not_running().is_some() {
+        if self.tasks.why_not_triggerable().is_some() {
             self.reject(now, request, CheckpointFailureReason::NotAllRequiredTasksRunning, out);
             self.slot_freed(now, out);
             return;

@@ -193,22 +193,35 @@ impl LogStore {
         Ok(removed)
     }
 
-    /// Writes the entries in one batch; not yet durable.
+    /// Writes the entries atomically; not yet durable.
+    ///
+    /// A lone entry (the usual append under group commit) is one insert: a sled batch seals
+    /// sled's current write buffer to keep the batch in one piece, which costs a write on
+    /// sled's thread pool that a single insert, atomic by itself, does not need.
     fn write_entries(
         &self,
         entries: impl Iterator<Item = Entry>,
     ) -> Result<(u64, Option<LogId>), StorageError> {
-        let mut batch = sled::Batch::default();
-        let mut count = 0u64;
+        let mut rows = Vec::new();
         let mut last = None;
         for entry in entries {
             let bytes =
                 codec::encode(&entry).map_err(|e| StorageIOError::write_log_entry(entry.log_id, &e))?;
-            batch.insert(&layout::log_key(entry.log_id.index), bytes);
-            count += 1;
+            rows.push((layout::log_key(entry.log_id.index), bytes));
             last = Some(entry.log_id);
         }
-        self.log.apply_batch(batch).map_err(|e| StorageIOError::write_logs(&e))?;
+        let count = rows.len() as u64;
+        if rows.len() == 1
+            && let Some((key, bytes)) = rows.pop()
+        {
+            self.log.insert(key, bytes).map_err(|e| StorageIOError::write_logs(&e))?;
+        } else if !rows.is_empty() {
+            let mut batch = sled::Batch::default();
+            for (key, bytes) in rows {
+                batch.insert(&key, bytes);
+            }
+            self.log.apply_batch(batch).map_err(|e| StorageIOError::write_logs(&e))?;
+        }
         Ok((count, last))
     }
 }

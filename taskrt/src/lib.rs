@@ -64,6 +64,7 @@ pub mod exporter;
 pub mod lifecycle;
 pub mod link;
 pub mod metrics;
+pub mod network;
 pub mod operator;
 pub mod registry;
 pub mod runtime;

@@ -13,12 +13,16 @@
 //! 4. The asynchronous part of one keyed operator's snapshot (`keys` keys over `max_parallelism`
 //!    key groups in one subtask), full and incremental: its duration, state files and fsyncs per
 //!    snapshot, measured directly on the snapshot functions (see `keyed_snapshot`).
+//! 5. Stream elements/s through `--link-channels` channels at once: within one worker (bounded
+//!    channels) versus between two workers' data exchanges over loopback TCP (see `channel_link`).
 //!
 //! ```text
 //! cargo run --release -p cairn-taskrt --bin cairn-bench-taskrt -- [--window-secs 10] [--keys 10000]
 //! cargo run --release -p cairn-taskrt --bin cairn-bench-taskrt -- --snapshot-only
+//! cargo run --release -p cairn-taskrt --bin cairn-bench-taskrt -- --link-only [--link-channels 4]
 //! ```
 
+mod channel_link;
 mod keyed_snapshot;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -101,6 +105,12 @@ struct Args {
     /// Run only the keyed-snapshot scenario (4).
     #[arg(long)]
     snapshot_only: bool,
+    /// Channels pumped at once in the channel scenario (5).
+    #[arg(long, default_value_t = 4)]
+    link_channels: u32,
+    /// Run only the channel scenario (5).
+    #[arg(long)]
+    link_only: bool,
 }
 
 /// What one run deploys and measures.
@@ -570,6 +580,11 @@ async fn bench(args: Args) -> anyhow::Result<()> {
         args.dir.clone().unwrap_or_else(std::env::temp_dir).display()
     );
 
+    if args.link_only {
+        println!();
+        return print_channel_link(&args).await;
+    }
+
     let snapshot_params = keyed_snapshot::Params {
         keys: args.keys,
         max_parallelism: args.max_parallelism,
@@ -634,6 +649,26 @@ async fn bench(args: Args) -> anyhow::Result<()> {
 
     println!();
     print_keyed_snapshot(&args, &snap_full, &snap_inc);
+    println!();
+    print_channel_link(&args).await
+}
+
+async fn print_channel_link(args: &Args) -> anyhow::Result<()> {
+    let p = channel_link::Params {
+        channels: args.link_channels.max(1),
+        capacity: args.channel_capacity,
+        warmup: Duration::from_secs_f64(args.warmup_secs),
+        window: Duration::from_secs_f64(args.window_secs),
+    };
+    let local = channel_link::in_process(p).await?;
+    let remote = channel_link::over_loopback(p).await?;
+    println!(
+        "5. Stream elements/s through {} channels at once (records of 24 bytes, capacity {})",
+        p.channels, p.capacity
+    );
+    println!("  within one worker (bounded channels):        {:>12.0}/s", local.elements_per_sec);
+    println!("  between two workers (loopback TCP, credit):  {:>12.0}/s", remote.elements_per_sec);
+    println!("  ratio remote/local: {:.2}", remote.elements_per_sec / local.elements_per_sec.max(1.0));
     Ok(())
 }
 

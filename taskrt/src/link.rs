@@ -60,6 +60,25 @@ impl CoordinatorLink {
         TaskLink { control, reports: self.reports_tx.clone() }
     }
 
+    /// Takes over `other`'s tasks: their control channels, and their reports, forwarded into this
+    /// link by the returned task (none when `other` has no tasks).
+    pub fn absorb(&mut self, other: CoordinatorLink) -> Option<tokio::task::JoinHandle<()>> {
+        if other.to_tasks.is_empty() {
+            return None;
+        }
+        self.to_tasks.extend(other.to_tasks);
+        self.sources.extend(other.sources);
+        let (mut from, into) = (other.from_tasks, self.reports_tx.clone());
+        drop(other.reports_tx);
+        Some(tokio::spawn(async move {
+            while let Some(report) = from.recv().await {
+                if into.send(report).await.is_err() {
+                    return;
+                }
+            }
+        }))
+    }
+
     pub fn tasks(&self) -> impl Iterator<Item = &TaskAttemptId> {
         self.to_tasks.keys()
     }

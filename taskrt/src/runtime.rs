@@ -7,8 +7,15 @@
 //! chain, connects every task to a [`CoordinatorLink`], and spawns the tasks. The returned
 //! [`LocalJob`] owns the join handles (nothing runs detached) and the coordinator's end of the
 //! link; [`LocalJob::kill`] aborts everything abruptly, as a crashed worker would.
+//!
+//! A job that spans several workers is deployed on each of them with the same [`Placement`]
+//! ([`LocalJob::deploy_placed`]): each worker runs only the subtasks placed on it, and the
+//! channels between its subtasks and another worker's run over one [`crate::network`] link per
+//! peer worker. Channel ids are (edge index, upstream subtask, downstream subtask), so both
+//! ends derive the same ones from the graph.
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 
 use cairn_protocol::assign::StateAssignment;
 use tokio::sync::mpsc;
@@ -20,6 +27,7 @@ use crate::checkpoint::pool::SnapshotPool;
 use crate::exchange::{EdgeOutput, InputGate, OutputGate, StreamElement};
 use crate::link::CoordinatorLink;
 use crate::metrics::{TaskMonitor, task_observer};
+use crate::network::{ChannelId, ExchangeKey, ExchangeService, NetworkError, PeerLink, PeerSpec};
 use crate::operator::TaskInfo;
 use crate::registry::OperatorRegistry;
 use crate::state::keyed::KeyedStateBackend;
@@ -71,8 +79,26 @@ pub struct JobDeployment {
     pub options: RuntimeOptions,
 }
 
+/// Where the subtasks of a job run when it spans several workers. Every worker of the job gets
+/// the same placement.
+#[derive(Debug, Clone)]
+pub struct Placement {
+    /// The worker running each subtask, by (vertex, subtask); every subtask must be placed.
+    pub subtasks: BTreeMap<(String, u32), String>,
+    /// The data exchange address of every worker named in `subtasks`.
+    pub addresses: BTreeMap<String, SocketAddr>,
+    /// The job attempt's exchange key (see [`crate::network::handshake`]).
+    pub key: ExchangeKey,
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum DeployError {
+    #[error("the placement puts subtask {subtask} of vertex {vertex:?} on no worker")]
+    Unplaced { vertex: String, subtask: u32 },
+    #[error("the placement has no data exchange address for worker {0:?}")]
+    NoAddress(String),
+    #[error("data exchange: {0}")]
+    Network(#[from] NetworkError),
     #[error("job id {0:?} is not a safe identifier")]
     InvalidJobId(String),
     #[error(transparent)]
@@ -105,38 +131,71 @@ pub struct RunningTask {
 pub struct LocalJob {
     pub link: CoordinatorLink,
     tasks: Vec<RunningTask>,
+    /// Data links to the job's other workers; dropping them closes their channels.
+    links: Vec<PeerLink>,
+    /// Report forwarders of absorbed parts.
+    forwarders: Vec<JoinHandle<()>>,
 }
 
 struct Wiring {
     outputs: BTreeMap<(String, u32), Vec<EdgeOutput>>,
     inputs: BTreeMap<(String, u32), Vec<mpsc::Receiver<StreamElement>>>,
+    /// Channels to and from other workers, by peer worker.
+    remote: BTreeMap<String, RemoteChannels>,
 }
 
-fn wire(graph: &JobGraph, capacity: usize) -> Wiring {
-    let mut w = Wiring { outputs: BTreeMap::new(), inputs: BTreeMap::new() };
-    for edge in &graph.edges {
+#[derive(Default)]
+struct RemoteChannels {
+    outbound: Vec<(ChannelId, mpsc::Receiver<StreamElement>)>,
+    inbound: Vec<(ChannelId, mpsc::Sender<StreamElement>)>,
+}
+
+/// Which worker runs a subtask: `None` for this one.
+type Locate<'a> = dyn Fn(&str, u32) -> Result<Option<&'a str>, DeployError> + 'a;
+
+fn wire(graph: &JobGraph, capacity: usize, locate: &Locate<'_>) -> Result<Wiring, DeployError> {
+    let mut w = Wiring { outputs: BTreeMap::new(), inputs: BTreeMap::new(), remote: BTreeMap::new() };
+    for (index, edge) in graph.edges.iter().enumerate() {
         let (Some(from), Some(to)) = (graph.vertex(&edge.from), graph.vertex(&edge.to)) else { continue };
         for a in 0..from.parallelism {
+            let producer = locate(&from.id, a)?;
             let targets: Vec<u32> = match edge.partitioning {
                 Partitioning::Forward => vec![a],
                 _ => (0..to.parallelism).collect(),
             };
             let mut senders = Vec::with_capacity(targets.len());
             for b in targets {
+                let consumer = locate(&to.id, b)?;
+                let id = ChannelId { edge: index as u32, from: a, to: b };
                 let (tx, rx) = mpsc::channel(capacity.max(1));
-                senders.push(tx);
-                w.inputs.entry((to.id.clone(), b)).or_default().push(rx);
+                match (producer, consumer) {
+                    (None, None) => {
+                        senders.push(tx);
+                        w.inputs.entry((to.id.clone(), b)).or_default().push(rx);
+                    }
+                    (None, Some(peer)) => {
+                        senders.push(tx);
+                        w.remote.entry(peer.to_owned()).or_default().outbound.push((id, rx));
+                    }
+                    (Some(peer), None) => {
+                        w.inputs.entry((to.id.clone(), b)).or_default().push(rx);
+                        w.remote.entry(peer.to_owned()).or_default().inbound.push((id, tx));
+                    }
+                    (Some(_), Some(_)) => {}
+                }
             }
-            w.outputs.entry((from.id.clone(), a)).or_default().push(EdgeOutput::new(
-                to.id.clone(),
-                edge.partitioning,
-                to.max_parallelism,
-                senders,
-                a as usize,
-            ));
+            if producer.is_none() {
+                w.outputs.entry((from.id.clone(), a)).or_default().push(EdgeOutput::new(
+                    to.id.clone(),
+                    edge.partitioning,
+                    to.max_parallelism,
+                    senders,
+                    a as usize,
+                ));
+            }
         }
     }
-    w
+    Ok(w)
 }
 
 impl LocalJob {
@@ -146,15 +205,64 @@ impl LocalJob {
         registry: &OperatorRegistry,
         pool: SnapshotPool,
     ) -> Result<Self, DeployError> {
+        Self::start(d, registry, pool, None)
+    }
+
+    /// Starts the subtasks `placement` puts on `exchange`'s worker, and the links to the other
+    /// workers of the job. Must be called inside a tokio runtime.
+    pub fn deploy_placed(
+        d: JobDeployment,
+        registry: &OperatorRegistry,
+        pool: SnapshotPool,
+        placement: &Placement,
+        exchange: &ExchangeService,
+    ) -> Result<Self, DeployError> {
+        Self::start(d, registry, pool, Some((placement, exchange)))
+    }
+
+    fn start(
+        d: JobDeployment,
+        registry: &OperatorRegistry,
+        pool: SnapshotPool,
+        placed: Option<(&Placement, &ExchangeService)>,
+    ) -> Result<Self, DeployError> {
         if !is_valid_id(&d.job_id) {
             return Err(DeployError::InvalidJobId(d.job_id));
         }
         d.graph.validate(registry.catalog())?;
-        let mut wiring = wire(&d.graph, d.options.channel_capacity);
+        let here = placed.map(|(_, x)| x.worker_id().to_owned());
+        let locate = |vertex: &str, subtask: u32| -> Result<Option<&str>, DeployError> {
+            let Some((placement, _)) = placed else { return Ok(None) };
+            match placement.subtasks.get(&(vertex.to_owned(), subtask)) {
+                None => Err(DeployError::Unplaced { vertex: vertex.to_owned(), subtask }),
+                Some(w) if Some(w) == here.as_ref() => Ok(None),
+                Some(w) => Ok(Some(w.as_str())),
+            }
+        };
+        let mut wiring = wire(&d.graph, d.options.channel_capacity, &locate)?;
+        let mut links = Vec::with_capacity(wiring.remote.len());
+        if let Some((placement, exchange)) = placed {
+            for (peer, channels) in std::mem::take(&mut wiring.remote) {
+                let addr =
+                    *placement.addresses.get(&peer).ok_or_else(|| DeployError::NoAddress(peer.clone()))?;
+                links.push(exchange.open(PeerSpec {
+                    job: d.job_id.clone(),
+                    attempt: u64::from(d.attempt),
+                    key: placement.key.clone(),
+                    peer_worker: peer,
+                    peer_addr: addr,
+                    outbound: channels.outbound,
+                    inbound: channels.inbound,
+                })?);
+            }
+        }
         let mut link = CoordinatorLink::new(d.options.report_capacity, d.options.control_capacity);
         let mut tasks = Vec::new();
         for v in &d.graph.vertices {
             for i in 0..v.parallelism {
+                if locate(&v.id, i)?.is_some() {
+                    continue;
+                }
                 let info = TaskInfo {
                     job: d.job_id.clone(),
                     vertex: v.id.clone(),
@@ -230,7 +338,24 @@ impl LocalJob {
                 tasks.push(RunningTask { id, monitor, handle });
             }
         }
-        Ok(Self { link, tasks })
+        Ok(Self { link, tasks, links, forwarders: Vec::new() })
+    }
+
+    /// Takes over `other` (another part of the same job, e.g. deployed on another worker in the
+    /// same process): its tasks, links, and reports, which arrive on this job's link from now on.
+    pub fn absorb(&mut self, mut other: LocalJob) {
+        self.tasks.append(&mut other.tasks);
+        self.links.append(&mut other.links);
+        self.forwarders.append(&mut other.forwarders);
+        let link = std::mem::replace(&mut other.link, CoordinatorLink::new(1, 1));
+        if let Some(forwarder) = self.link.absorb(link) {
+            self.forwarders.push(forwarder);
+        }
+    }
+
+    /// The links of this part of the job to other workers.
+    pub fn peer_links(&self) -> &[PeerLink] {
+        &self.links
     }
 
     pub fn tasks(&self) -> &[RunningTask] {
@@ -271,6 +396,9 @@ impl Drop for LocalJob {
     fn drop(&mut self) {
         for t in &self.tasks {
             t.handle.abort();
+        }
+        for f in &self.forwarders {
+            f.abort();
         }
     }
 }

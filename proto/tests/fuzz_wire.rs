@@ -63,6 +63,7 @@ fn worker_message() -> impl Strategy<Value = WorkerMessage> {
             slots,
             tasks,
             highest_term_seen,
+            data_addr: String::new(),
         },
     );
     let body = prop_oneof![

@@ -232,8 +232,9 @@ impl TermFence {
     }
 }
 
-/// A whole job deployed to one worker (its subtasks exchange data in-process), sent by the
-/// leader over the task gateway.
+/// A job attempt deployed to a worker, sent by the leader over the task gateway: the whole job
+/// (its subtasks exchange data in-process), or, with a [`DeploymentPlacement`], the subtasks
+/// placed on that worker, exchanging data with the job's other workers over their data links.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Deployment {
     pub job_id: String,
@@ -249,6 +250,29 @@ pub struct Deployment {
     /// Incremental keyed-state checkpoints.
     #[serde(default)]
     pub incremental: bool,
+    /// Where each subtask runs when the job spans several workers; `None`: all of them here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<DeploymentPlacement>,
+}
+
+/// Where the subtasks of a job attempt run; every worker of the attempt gets the same one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeploymentPlacement {
+    /// Every subtask of the graph with the worker that runs it.
+    pub subtasks: Vec<PlacedSubtask>,
+    /// The data exchange address (`host:port`) of every worker named in `subtasks`.
+    pub addresses: std::collections::BTreeMap<String, String>,
+    /// The attempt's exchange key, 64 hex digits: the workers prove to each other that they
+    /// hold it before exchanging data.
+    pub exchange_key: String,
+}
+
+/// One subtask and the worker it runs on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlacedSubtask {
+    pub vertex: String,
+    pub subtask: u32,
+    pub worker: String,
 }
 
 /// A command for tasks of one deployed job attempt, sent by the leader over the task gateway.

@@ -88,6 +88,8 @@ fn worker_config() -> impl Strategy<Value = WorkerConfig> {
                 log: log.to_owned(),
                 log_format: if json { LogFormat::Json } else { LogFormat::Text },
                 metrics_listen,
+                data_listen: "127.0.0.1:0".to_owned(),
+                data_advertise: None,
                 tls,
                 token_file: None,
                 token: None,
@@ -412,6 +414,7 @@ fn a_deployment_names_a_bounded_number_of_tasks() {
         storage_root: "/tmp".into(),
         restore: None,
         incremental: false,
+        placement: None,
     };
     let graph = decode_graph(&d).unwrap_or_else(|e| panic!("{e}"));
     assert!(graph.validate(&OperatorCatalog::builtin()).is_err(), "no valid graph has this parallelism");

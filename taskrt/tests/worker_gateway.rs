@@ -8,7 +8,10 @@ use std::path::Path;
 use std::time::Duration;
 
 use cairn_protocol::assign::StateAssignment;
-use cairn_protocol::messages::{CheckpointOptions, Deployment, TaskCommand, TaskMessage, TaskStatus, ToTask};
+use cairn_protocol::messages::{
+    CheckpointOptions, Deployment, DeploymentPlacement, PlacedSubtask, TaskCommand, TaskMessage, TaskStatus,
+    ToTask,
+};
 use cairn_taskrt::demo::DemoJob;
 use cairn_taskrt::demo::source::SourceConfig;
 use cairn_taskrt::worker::{JobsView, Worker, WorkerConfig, WorkerHandle, WorkerStatus};
@@ -54,6 +57,7 @@ fn demo_deployment(dir: &Path, attempt: u32) -> Deployment {
         storage_root: dir.join("checkpoints"),
         restore: None,
         incremental: false,
+        placement: None,
     }
 }
 
@@ -318,6 +322,94 @@ async fn a_heartbeat_timeout_drops_the_stream_and_reconnects() {
     let mut status = worker.status();
     wait_status(&mut status, "two registrations", |s| s.registrations >= 2).await;
     worker.shutdown().await;
+}
+
+/// The demo deployment with subtask `i` of every vertex on `workers[i % 2]`.
+fn placed_deployment(dir: &Path, attempt: u32, workers: [(&str, &str); 2], key: &str) -> Deployment {
+    let mut d = demo_deployment(dir, attempt);
+    let graph: cairn_protocol::graph::JobGraph =
+        serde_json::from_value(d.graph.clone()).expect("the demo graph");
+    let subtasks = graph
+        .vertices
+        .iter()
+        .flat_map(|v| {
+            (0..v.parallelism).map(|i| PlacedSubtask {
+                vertex: v.id.clone(),
+                subtask: i,
+                worker: workers[(i % 2) as usize].0.to_owned(),
+            })
+        })
+        .collect();
+    let addresses = workers.iter().map(|(w, a)| ((*w).to_owned(), (*a).to_owned())).collect();
+    d.placement = Some(DeploymentPlacement { subtasks, addresses, exchange_key: key.to_owned() });
+    d
+}
+
+#[tokio::test]
+async fn a_job_placed_over_two_workers_checkpoints_across_their_link_and_fails_when_one_dies() {
+    init_tracing();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut leader = FakeReplica::start(Mode::Leader(LeaderMode::new(2))).await;
+    let wa = Worker::start(WorkerConfig { worker_id: Some("w-a".into()), ..config(&[&leader.addr]) })
+        .expect("starts");
+    let sa = leader.next_session().await;
+    let wb = Worker::start(WorkerConfig { worker_id: Some("w-b".into()), ..config(&[&leader.addr]) })
+        .expect("starts");
+    let sb = leader.next_session().await;
+    // Each worker announces the data exchange address it listens on.
+    let addr = |s: &fake::FakeSession| s.register.data_addr.clone();
+    assert!(
+        addr(&sa).parse::<std::net::SocketAddr>().is_ok()
+            && addr(&sb).parse::<std::net::SocketAddr>().is_ok()
+    );
+    let (sa, sb) = if sa.register.worker_id == "w-a" { (sa, sb) } else { (sb, sa) };
+    let (mut sa, mut sb) = (sa, sb);
+    let key = cairn_taskrt::worker::deploy::encode_key(&cairn_taskrt::network::ExchangeKey::generate());
+    let d = placed_deployment(dir.path(), 1, [("w-a", &addr(&sa)), ("w-b", &addr(&sb))], &key);
+
+    // Each worker runs its share: source 0, count 0 and sink 0 on w-a; count 1 and sink 1 on w-b.
+    sa.deploy(2, &d).await;
+    sb.deploy(2, &d).await;
+    sa.reports_until("w-a's 3 tasks running", |r| statuses_of(r, &TaskStatus::Running) == 3).await;
+    sb.reports_until("w-b's 2 tasks running", |r| statuses_of(r, &TaskStatus::Running) == 2).await;
+
+    // The barrier reaches w-b's counter over the link: every task of both workers acknowledges.
+    sa.command(2, &trigger(1, 1)).await;
+    sb.command(2, &trigger(1, 1)).await;
+    sa.reports_until("w-a's 3 acknowledgements", |r| acks_of(r, 1) == 3).await;
+    let reports = sb.reports_until("w-b's 2 acknowledgements", |r| acks_of(r, 1) == 2).await;
+    assert!(reports.iter().all(|m| m.task().task.subtask == 1), "w-b runs only subtask 1s");
+
+    // A deployment with a malformed key fails only the receiving worker's tasks, with the reason.
+    let mut bad = placed_deployment(dir.path(), 2, [("w-a", &addr(&sa)), ("w-b", &addr(&sb))], "zz");
+    bad.job_id = "other".into();
+    sb.deploy(2, &bad).await;
+    let reports = sb
+        .reports_until("the bad deployment's 2 failures", |r| {
+            r.iter()
+                .filter(|m| matches!(m, TaskMessage::Status { status: TaskStatus::Failed(_), .. }))
+                .count()
+                == 2
+        })
+        .await;
+    assert!(reports.iter().any(|m| matches!(m, TaskMessage::Status { status: TaskStatus::Failed(c), .. } if c.contains("exchange key must be 64 hex digits"))));
+
+    // w-b dies abruptly: w-a's source loses its downstream across the link and fails.
+    drop(wb);
+    let reports = sa
+        .reports_until("w-a's source to fail", |r| {
+            r.iter().any(|m| matches!(m, TaskMessage::Status { task, status: TaskStatus::Failed(_) } if task.task.vertex == "source"))
+        })
+        .await;
+    let cause = reports
+        .iter()
+        .find_map(|m| match m {
+            TaskMessage::Status { status: TaskStatus::Failed(c), .. } => Some(c.clone()),
+            _ => None,
+        })
+        .unwrap_or_default();
+    assert!(cause.contains("gone"), "{cause}");
+    wa.shutdown().await;
 }
 
 #[tokio::test]

@@ -86,7 +86,13 @@ impl ScriptedWorker {
             .max_decoding_message_size(64 * 1024 * 1024)
             .max_encoding_message_size(64 * 1024 * 1024);
         let (tx, rx) = mpsc::channel(64);
-        let register = RegisterWorker { worker_id: worker_id.to_owned(), slots, tasks, highest_term_seen: 0 };
+        let register = RegisterWorker {
+            worker_id: worker_id.to_owned(),
+            slots,
+            tasks,
+            highest_term_seen: 0,
+            data_addr: String::new(),
+        };
         tx.send(WorkerMessage { body: Some(worker_message::Body::Register(register)) })
             .await
             .map_err(|_| tonic::Status::internal("channel closed"))?;

@@ -381,6 +381,7 @@ pub fn deployment() -> BoxedStrategy<Deployment> {
             storage_root: root.into(),
             restore,
             incremental,
+            placement: None,
         })
         .boxed()
 }

@@ -111,6 +111,24 @@ impl ExchangeService {
         worker_id: &str,
         options: NetworkOptions,
     ) -> Result<Self, NetworkError> {
+        Self::check(worker_id, &options)?;
+        Self::serve(TcpListener::bind(listen).await?, worker_id, options)
+    }
+
+    /// Binds the listener without awaiting (for callers that are not async). Must be called
+    /// inside a tokio runtime.
+    pub fn bind_now(
+        listen: SocketAddr,
+        worker_id: &str,
+        options: NetworkOptions,
+    ) -> Result<Self, NetworkError> {
+        Self::check(worker_id, &options)?;
+        let listener = std::net::TcpListener::bind(listen)?;
+        listener.set_nonblocking(true)?;
+        Self::serve(TcpListener::from_std(listener)?, worker_id, options)
+    }
+
+    fn check(worker_id: &str, options: &NetworkOptions) -> Result<(), NetworkError> {
         options.validate()?;
         if worker_id.is_empty() || worker_id.len() > handshake::MAX_ID {
             return Err(NetworkError::Config(format!(
@@ -118,7 +136,10 @@ impl ExchangeService {
                 handshake::MAX_ID
             )));
         }
-        let listener = TcpListener::bind(listen).await?;
+        Ok(())
+    }
+
+    fn serve(listener: TcpListener, worker_id: &str, options: NetworkOptions) -> Result<Self, NetworkError> {
         let local_addr = listener.local_addr()?;
         let shared = Arc::new(Shared {
             worker_id: worker_id.to_owned(),

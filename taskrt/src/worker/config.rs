@@ -61,6 +61,12 @@ pub struct WorkerConfig {
     pub log_format: LogFormat,
     /// `host:port` of the Prometheus `/metrics` endpoint; none when unset.
     pub metrics_listen: Option<String>,
+    /// `ip:port` the data exchange listens on, for the channels of jobs that span workers (port
+    /// 0 picks a free one).
+    pub data_listen: String,
+    /// `host:port` other workers dial to reach the data exchange; the bound address when unset
+    /// (required when `data_listen` is a wildcard address such as `0.0.0.0`).
+    pub data_advertise: Option<String>,
     /// TLS towards the replicas (`[tls]`: `ca_file`, and `cert_file` + `key_file` to present a
     /// client certificate); unset connects in plaintext. A client certificate naming this worker
     /// (`cairn://worker/<id>`) authenticates it without a token.
@@ -89,6 +95,8 @@ impl Default for WorkerConfig {
             log: "info".to_owned(),
             log_format: LogFormat::Text,
             metrics_listen: None,
+            data_listen: "127.0.0.1:0".to_owned(),
+            data_advertise: None,
             tls: None,
             token_file: None,
             token: None,
@@ -203,6 +211,29 @@ impl WorkerConfig {
                 format!("{addr:?} is not a host:port address (e.g. 127.0.0.1:9101), or leave it unset"),
             ));
         }
+        let listen: std::net::SocketAddr = self.data_listen.parse().map_err(|_| {
+            invalid(
+                "data_listen",
+                format!(
+                    "{:?} is not an ip:port address (e.g. 0.0.0.0:7500, or 127.0.0.1:0)",
+                    self.data_listen
+                ),
+            )
+        })?;
+        match &self.data_advertise {
+            Some(addr) if !is_host_port(addr) => {
+                return Err(invalid("data_advertise", format!("{addr:?} is not a host:port address")));
+            }
+            None if listen.ip().is_unspecified() => {
+                return Err(invalid(
+                    "data_advertise",
+                    format!(
+                        "is required when data_listen is the wildcard {listen}: give the host:port other workers reach"
+                    ),
+                ));
+            }
+            _ => {}
+        }
         let tls = self.tls.as_ref();
         if let Some((key, why)) = cairn_protocol::operators::first_climbing_path(&[
             ("token_file", self.token_file.as_deref()),
@@ -277,6 +308,12 @@ pub struct RunArgs {
     /// Serve Prometheus metrics on GET /metrics at this host:port (default: off).
     #[arg(long, env = "CAIRN_WORKER_METRICS_LISTEN")]
     pub metrics_listen: Option<String>,
+    /// ip:port of the data exchange for jobs spanning workers (default 127.0.0.1:0).
+    #[arg(long, env = "CAIRN_WORKER_DATA_LISTEN")]
+    pub data_listen: Option<String>,
+    /// host:port other workers dial for the data exchange (default: the bound address).
+    #[arg(long, env = "CAIRN_WORKER_DATA_ADVERTISE")]
+    pub data_advertise: Option<String>,
     /// The CA (PEM) that signed the replicas' certificates: connect with TLS.
     #[arg(long, env = "CAIRN_WORKER_TLS_CA_FILE")]
     pub tls_ca_file: Option<PathBuf>,
@@ -351,6 +388,12 @@ impl RunArgs {
         if let Some(v) = &self.metrics_listen {
             c.metrics_listen = Some(v.trim().to_owned());
         }
+        if let Some(v) = &self.data_listen {
+            c.data_listen = v.trim().to_owned();
+        }
+        if let Some(v) = &self.data_advertise {
+            c.data_advertise = Some(v.trim().to_owned());
+        }
         c.tls = cairn_proto::tls::TlsFiles::overlay(
             c.tls.take(),
             self.tls_cert_file.as_deref(),
@@ -415,6 +458,32 @@ mod tests {
         let file: WorkerConfig =
             toml::from_str("coordinators = [\"a:1\"]\nmetrics_listen = \"0.0.0.0:9101\"").unwrap();
         assert_eq!(file.metrics_listen.as_deref(), Some("0.0.0.0:9101"));
+    }
+
+    #[test]
+    fn the_data_exchange_address_is_validated() {
+        let base = WorkerConfig::new(["127.0.0.1:7400"]);
+        let with = |listen: &str, advertise: Option<&str>| WorkerConfig {
+            data_listen: listen.into(),
+            data_advertise: advertise.map(str::to_owned),
+            ..base.clone()
+        };
+        with("127.0.0.1:0", None).validate().unwrap();
+        with("0.0.0.0:7500", Some("worker-1.internal:7500")).validate().unwrap();
+        let err = with("0.0.0.0:7500", None).validate().unwrap_err();
+        assert!(err.to_string().starts_with("`data_advertise` is required"), "{err}");
+        let err = with("worker-1:7500", None).validate().unwrap_err();
+        assert!(err.to_string().starts_with("`data_listen`"), "{err}");
+        let err = with("127.0.0.1:7500", Some("no port")).validate().unwrap_err();
+        assert!(err.to_string().starts_with("`data_advertise`"), "{err}");
+        let args = RunArgs {
+            data_listen: Some(" 0.0.0.0:7501 ".into()),
+            data_advertise: Some("h:7501".into()),
+            ..Default::default()
+        };
+        let mut c = base;
+        args.apply(&mut c);
+        assert_eq!((c.data_listen.as_str(), c.data_advertise.as_deref()), ("0.0.0.0:7501", Some("h:7501")));
     }
 
     #[test]

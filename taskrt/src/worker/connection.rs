@@ -25,6 +25,8 @@ use cairn_protocol::messages::TermFence;
 pub(crate) struct Connector {
     pub worker_id: String,
     pub slots: u32,
+    /// This worker's data exchange address, announced on every registration.
+    pub data_addr: String,
     pub connect_timeout: Duration,
     pub register_timeout: Duration,
     pub endpoints: Endpoints,
@@ -65,6 +67,7 @@ impl Connector {
                 addr: &addr,
                 worker_id: &self.worker_id,
                 slots: self.slots,
+                data_addr: &self.data_addr,
                 connect_timeout: self.connect_timeout,
                 register_timeout: self.register_timeout,
                 auth: &self.auth,

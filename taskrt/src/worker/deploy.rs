@@ -3,10 +3,15 @@
 //! deployment covers (also when it cannot be decoded, so that a failure can be reported for each
 //! of them).
 
-use cairn_protocol::graph::{GraphError, JobGraph, MAX_MAX_PARALLELISM};
-use cairn_protocol::messages::{Deployment, TaskAttemptId, TaskId};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::Duration;
 
-use crate::runtime::{DeployError, JobDeployment, RuntimeOptions};
+use cairn_protocol::graph::{GraphError, JobGraph, MAX_MAX_PARALLELISM};
+use cairn_protocol::messages::{Deployment, DeploymentPlacement, TaskAttemptId, TaskId};
+
+use crate::network::ExchangeKey;
+use crate::runtime::{DeployError, JobDeployment, Placement, RuntimeOptions};
 use crate::state::storage::CheckpointStorage;
 
 /// Why a deployment could not be started; reported to the leader as each task's failure cause.
@@ -18,6 +23,8 @@ pub enum DeploymentError {
     NoSlots { needed: usize, free: usize, slots: u32 },
     #[error("cannot start the job: {0}")]
     Deploy(#[from] DeployError),
+    #[error("invalid placement: {0}")]
+    Placement(String),
 }
 
 impl DeploymentError {
@@ -76,6 +83,80 @@ pub fn task_attempts(d: &Deployment, graph: Option<&JobGraph>) -> Vec<TaskAttemp
         .collect()
 }
 
+/// The task attempts of `d` that run on worker `me`: all of them without a placement.
+pub fn local_attempts(d: &Deployment, graph: Option<&JobGraph>, me: &str) -> Vec<TaskAttemptId> {
+    let all = task_attempts(d, graph);
+    let Some(p) = &d.placement else { return all };
+    let here: std::collections::BTreeSet<(&str, u32)> =
+        p.subtasks.iter().filter(|s| s.worker == me).map(|s| (s.vertex.as_str(), s.subtask)).collect();
+    all.into_iter().filter(|t| here.contains(&(t.task.vertex.as_str(), t.task.subtask))).collect()
+}
+
+/// Bound on resolving one peer's data exchange address.
+const RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The runtime placement of a deployment's: every subtask of `graph` placed once, on a worker
+/// with an address (resolved here), and the exchange key decoded.
+pub async fn placement(p: &DeploymentPlacement, graph: &JobGraph) -> Result<Placement, DeploymentError> {
+    let bad = |m: String| DeploymentError::Placement(m);
+    let key =
+        decode_key(&p.exchange_key).ok_or_else(|| bad("the exchange key must be 64 hex digits".into()))?;
+    let mut subtasks = BTreeMap::new();
+    for s in &p.subtasks {
+        let known = graph.vertex(&s.vertex).is_some_and(|v| s.subtask < v.parallelism);
+        if !known {
+            return Err(bad(format!(
+                "subtask {} of vertex {:?} is not in the job graph",
+                s.subtask, s.vertex
+            )));
+        }
+        if subtasks.insert((s.vertex.clone(), s.subtask), s.worker.clone()).is_some() {
+            return Err(bad(format!("subtask {} of vertex {:?} is placed twice", s.subtask, s.vertex)));
+        }
+    }
+    let mut addresses = BTreeMap::new();
+    for worker in subtasks.values() {
+        if addresses.contains_key(worker) {
+            continue;
+        }
+        let text = p
+            .addresses
+            .get(worker)
+            .ok_or_else(|| bad(format!("no data exchange address for worker {worker:?}")))?;
+        addresses.insert(worker.clone(), resolve(text).await.map_err(bad)?);
+    }
+    Ok(Placement { subtasks, addresses, key })
+}
+
+async fn resolve(addr: &str) -> Result<SocketAddr, String> {
+    if let Ok(a) = addr.parse() {
+        return Ok(a);
+    }
+    match tokio::time::timeout(RESOLVE_TIMEOUT, tokio::net::lookup_host(addr)).await {
+        Ok(Ok(mut found)) => found.next().ok_or_else(|| format!("{addr:?} resolves to no address")),
+        Ok(Err(e)) => Err(format!("cannot resolve {addr:?}: {e}")),
+        Err(_) => Err(format!("resolving {addr:?} took longer than {RESOLVE_TIMEOUT:?}")),
+    }
+}
+
+fn decode_key(hex: &str) -> Option<ExchangeKey> {
+    let bytes = hex.as_bytes();
+    if bytes.len() != 64 {
+        return None;
+    }
+    let mut key = [0u8; 32];
+    for (i, pair) in bytes.chunks(2).enumerate() {
+        let digit = |c: u8| (c as char).to_digit(16);
+        key[i] = (digit(pair[0])? * 16 + digit(pair[1])?) as u8;
+    }
+    Some(ExchangeKey::from_bytes(key))
+}
+
+/// An exchange key as the placement carries it.
+pub fn encode_key(key: &ExchangeKey) -> String {
+    key.as_bytes().iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// Bound on the subtasks a deployment may name (a graph this large is refused anyway; the bound
 /// keeps a hostile one from exhausting memory while the refusal is reported).
 pub const MAX_REPORTED_TASKS: usize = 65_536;
@@ -108,6 +189,7 @@ mod tests {
             storage_root: "/tmp/x".into(),
             restore: None,
             incremental: true,
+            placement: None,
         }
     }
 

@@ -75,6 +75,8 @@ pub(crate) enum HostCommand {
 #[derive(Debug, Clone)]
 pub(crate) struct HostSettings {
     pub slots: u32,
+    /// The worker's data exchange, for deployments placed over several workers.
+    pub exchange: Arc<crate::network::ExchangeService>,
     pub cancel_timeout: Duration,
     pub runtime: RuntimeOptions,
 }
@@ -241,7 +243,7 @@ impl JobHost {
             self.kill_job(&d.job_id, &format!("superseded by attempt {}", d.attempt));
         }
         let graph = deploy::decode_graph(&d);
-        let tasks = deploy::task_attempts(&d, graph.as_ref().ok());
+        let tasks = deploy::local_attempts(&d, graph.as_ref().ok(), self.settings.exchange.worker_id());
         let started = match graph {
             Err(e) => Err(DeploymentError::from(e)),
             Ok(graph) => self.start(&d, graph, tasks.len()).await,
@@ -281,8 +283,17 @@ impl JobHost {
         if needed > free {
             return Err(DeploymentError::NoSlots { needed, free, slots: self.settings.slots });
         }
+        let placement = match &d.placement {
+            Some(p) => Some(deploy::placement(p, &graph).await?),
+            None => None,
+        };
         let jd = deploy::job_deployment(d, graph, &self.settings.runtime);
-        Ok(LocalJob::deploy(jd, &self.registry, self.pool.clone())?)
+        Ok(match placement {
+            Some(p) => {
+                LocalJob::deploy_placed(jd, &self.registry, self.pool.clone(), &p, &self.settings.exchange)?
+            }
+            None => LocalJob::deploy(jd, &self.registry, self.pool.clone())?,
+        })
     }
 
     async fn on_task_command(&mut self, cmd: TaskCommand, term: u64) {

@@ -47,6 +47,7 @@ pub use session::SessionError;
 
 use crate::checkpoint::pool::SnapshotPool;
 use crate::exporter::TaskMetrics;
+use crate::network::{ExchangeService, NetworkOptions};
 use crate::registry::OperatorRegistry;
 use crate::runtime::RuntimeOptions;
 use cairn_protocol::messages::{TaskAttemptId, TaskStatus, TermFence};
@@ -127,6 +128,8 @@ pub fn status_name(status: &TaskStatus) -> &'static str {
 pub enum WorkerError {
     #[error("invalid worker configuration: {0}")]
     Config(#[from] ConfigError),
+    #[error("cannot start the data exchange on {listen} (data_listen): {source}")]
+    DataExchange { listen: String, source: crate::network::NetworkError },
 }
 
 /// Entry point.
@@ -160,6 +163,8 @@ impl Worker {
         let auth = cairn_client::BearerAuth::new(token.as_ref().map(|t| t.expose()))
             .map_err(|e| ConfigError::Token(e.to_string()))?;
         let worker_id = config.effective_worker_id();
+        let exchange = Arc::new(Self::exchange(&config, &worker_id)?);
+        let data_addr = config.data_advertise.clone().unwrap_or_else(|| exchange.local_addr().to_string());
         let (host_tx, host_rx) = mpsc::channel(host::COMMAND_CAPACITY);
         let (jobs_tx, jobs_rx) = watch::channel(JobsView { slots: config.slots, ..JobsView::default() });
         let (status_tx, status_rx) = watch::channel(WorkerStatus::default());
@@ -167,6 +172,7 @@ impl Worker {
         let host = host::JobHost::new(
             host::HostSettings {
                 slots: config.slots,
+                exchange,
                 cancel_timeout: config.cancel_timeout,
                 runtime: RuntimeOptions { metrics, ..RuntimeOptions::default() },
             },
@@ -178,6 +184,7 @@ impl Worker {
         let connector = connection::Connector {
             worker_id: worker_id.clone(),
             slots: config.slots,
+            data_addr: data_addr.clone(),
             connect_timeout: config.connect_timeout,
             register_timeout: config.register_timeout,
             endpoints: cairn_client::follow::Endpoints::new(config.endpoints()),
@@ -198,7 +205,7 @@ impl Worker {
         let span = tracing::info_span!("worker", worker_id = %worker_id);
         tasks.spawn(tracing::Instrument::instrument(host.run(), span.clone()));
         tasks.spawn(tracing::Instrument::instrument(connector.run(), span));
-        tracing::info!(worker_id = %worker_id, slots = config.slots, coordinators = ?config.endpoints(), "worker started");
+        tracing::info!(worker_id = %worker_id, slots = config.slots, data_addr = %data_addr, coordinators = ?config.endpoints(), "worker started");
         Ok(WorkerHandle {
             worker_id,
             status: status_rx,
@@ -208,6 +215,17 @@ impl Worker {
             shutdown_bound: config.cancel_timeout + Duration::from_secs(5),
             tasks,
         })
+    }
+}
+
+impl Worker {
+    fn exchange(config: &WorkerConfig, worker_id: &str) -> Result<ExchangeService, WorkerError> {
+        let listen = config.data_listen.parse().map_err(|_| ConfigError::Invalid {
+            key: "data_listen",
+            reason: format!("{:?} is not an ip:port address", config.data_listen),
+        })?;
+        ExchangeService::bind_now(listen, worker_id, NetworkOptions::default())
+            .map_err(|e| WorkerError::DataExchange { listen: config.data_listen.clone(), source: e })
     }
 }
 

@@ -73,6 +73,7 @@ pub(crate) struct Session<'a> {
     pub addr: &'a str,
     pub worker_id: &'a str,
     pub slots: u32,
+    pub data_addr: &'a str,
     pub connect_timeout: Duration,
     pub register_timeout: Duration,
     /// The worker token for `Attach`, when the worker has one.
@@ -135,6 +136,7 @@ impl Session<'_> {
             slots: self.slots,
             tasks,
             highest_term_seen: self.fence.highest(),
+            data_addr: self.data_addr.to_owned(),
         }
     }
 

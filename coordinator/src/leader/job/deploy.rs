@@ -61,6 +61,7 @@ impl JobDriver {
             storage_root: self.storage_root(&p.record),
             restore: p.restore.clone(),
             incremental: self.options.incremental,
+            placement: None,
         };
         let json = match serde_json::to_vec(&deployment) {
             Ok(j) => j,

@@ -508,6 +508,8 @@ pub struct WorkerRow {
     /// `attached`, or `disconnected` (awaited until its heartbeat timeout).
     pub state: String,
     pub authenticated_by: String,
+    /// Where other workers reach its data exchange; empty if it announced none.
+    pub data_addr: String,
 }
 
 impl WorkersView {
@@ -525,6 +527,7 @@ impl WorkersView {
                 },
                 state: w.state,
                 authenticated_by: w.authenticated_by,
+                data_addr: w.data_addr,
             })
             .collect();
         workers.sort_by(|a, b| a.worker.worker_id.cmp(&b.worker.worker_id));
@@ -586,6 +589,7 @@ mod tests {
             state: state.into(),
             jobs: jobs.iter().map(|j| j.to_string()).collect(),
             authenticated_by: "worker token".into(),
+            data_addr: String::new(),
         };
         let v = WorkersView::from_reply(pb::ListWorkersReply {
             workers: vec![w("w2", 4, 0, &[], "attached"), w("w1", 8, 3, &["a", "b"], "disconnected")],

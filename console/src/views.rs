@@ -278,7 +278,7 @@ pub fn workers(v: &WorkersView) -> Markup {
             table #workers {
                 thead { tr {
                     th { "Worker" } th { "State" } th { "Slots" } th { "Used" } th { "Free" }
-                    th { "Jobs" } th { "Authenticated by" }
+                    th { "Jobs" } th { "Authenticated by" } th { "Data address" }
                 } }
                 tbody {
                     @for r in &v.workers {
@@ -296,6 +296,7 @@ pub fn workers(v: &WorkersView) -> Markup {
                                 }
                             }
                             td { (r.authenticated_by) }
+                            td { @if r.data_addr.is_empty() { "-" } @else { (r.data_addr) } }
                         }
                     }
                 }

@@ -169,7 +169,7 @@ pub fn workers(r: &ListWorkersReply) -> String {
     if r.workers.is_empty() {
         return "no workers attached\n".into();
     }
-    let mut t = Table::new(&["WORKER", "STATE", "SLOTS", "USED", "JOBS", "AUTHENTICATED BY"]);
+    let mut t = Table::new(&["WORKER", "STATE", "SLOTS", "USED", "JOBS", "AUTHENTICATED BY", "DATA ADDRESS"]);
     for w in &r.workers {
         t.row(vec![
             w.worker_id.clone(),
@@ -178,6 +178,7 @@ pub fn workers(r: &ListWorkersReply) -> String {
             w.slots_used.to_string(),
             if w.jobs.is_empty() { "-".into() } else { w.jobs.join(",") },
             w.authenticated_by.clone(),
+            if w.data_addr.is_empty() { "-".into() } else { w.data_addr.clone() },
         ]);
     }
     let (slots, used) = r
@@ -564,14 +565,21 @@ mod tests {
             state: state.into(),
             jobs: jobs.iter().map(|j| j.to_string()).collect(),
             authenticated_by: "worker token".into(),
+            data_addr: if state == "attached" { "10.0.0.7:7500".into() } else { String::new() },
         };
         let r = ListWorkersReply {
             workers: vec![w("w-1", "attached", 3, &["a", "b"]), w("w-2", "disconnected", 0, &[])],
         };
         let text = workers(&r);
-        assert!(text.starts_with("WORKER  STATE         SLOTS  USED  JOBS  AUTHENTICATED BY\n"), "{text}");
-        assert!(text.contains("w-1     attached      4      3     a,b   worker token\n"), "{text}");
-        assert!(text.contains("w-2     disconnected  4      0     -     worker token\n"), "{text}");
+        assert!(
+            text.starts_with("WORKER  STATE         SLOTS  USED  JOBS  AUTHENTICATED BY  DATA ADDRESS\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("w-1     attached      4      3     a,b   worker token      10.0.0.7:7500\n"),
+            "{text}"
+        );
+        assert!(text.contains("w-2     disconnected  4      0     -     worker token      -\n"), "{text}");
         assert!(text.ends_with("\n3 of 8 slots in use\n"), "{text}");
     }
 

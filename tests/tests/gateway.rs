@@ -94,6 +94,19 @@ async fn bad_gateway_input_is_refused_precisely_and_changes_nothing() -> anyhow:
     assert_eq!(st.code(), Code::InvalidArgument, "{st}");
     assert!(st.message().contains("decode"), "{}", st.message());
 
+    // A data exchange address that is not host:port: refused, naming the field.
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    let register = cairn_proto::v1::RegisterWorker {
+        worker_id: "w-bad".into(),
+        slots: 4,
+        data_addr: "no port here".into(),
+        ..Default::default()
+    };
+    tx.send(WorkerMessage { body: Some(worker_message::Body::Register(register)) }).await?;
+    let st = raw.attach(bearer(ReceiverStream::new(rx), token.expose())).await.expect_err("must be refused");
+    assert_eq!(st.code(), Code::InvalidArgument);
+    assert!(st.message().contains("register.data_addr"), "{}", st.message());
+
     let mut w = ScriptedWorker::attach(&addrs, token.expose(), "w1", 8, vec![], T).await?;
     let d = deployed(&mut w).await?;
     assert_eq!(d.job_id, "j");

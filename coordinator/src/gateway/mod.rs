@@ -86,6 +86,13 @@ fn validate_register(r: RegisterWorker, identity: WorkerIdentity) -> Result<Work
     if r.slots == 0 || r.slots > 4096 {
         return bad(format!("register.slots must be between 1 and 4096, got {}", r.slots));
     }
+    if !r.data_addr.is_empty() && (r.data_addr.len() > 256 || !cairn_proto::addr::is_host_port(&r.data_addr))
+    {
+        return bad(format!(
+            "register.data_addr must be a host:port address of at most 256 bytes, got {:?}",
+            r.data_addr.chars().take(64).collect::<String>()
+        ));
+    }
     for t in &r.tasks {
         JobId::new(t.job_id.clone())
             .map_err(|e| Status::invalid_argument(format!("register.tasks.job_id: {e}")))?;
@@ -98,6 +105,7 @@ fn validate_register(r: RegisterWorker, identity: WorkerIdentity) -> Result<Work
         slots: r.slots,
         tasks: r.tasks,
         highest_term_seen: r.highest_term_seen,
+        data_addr: r.data_addr,
         identity,
     })
 }

@@ -30,6 +30,8 @@ pub struct WorkerInfo {
     pub slots: u32,
     pub tasks: Vec<AttachedTask>,
     pub highest_term_seen: u64,
+    /// Where other workers reach its data exchange (`host:port`); empty if it announced none.
+    pub data_addr: String,
     /// What the worker proved on attaching; its id stays bound to it while the session lives.
     pub identity: crate::auth::WorkerIdentity,
 }
@@ -106,6 +108,8 @@ pub struct WorkerSlots {
     /// Jobs with tasks deployed on it, sorted.
     pub jobs: Vec<String>,
     pub identity: crate::auth::WorkerIdentity,
+    /// Its data exchange address, as announced.
+    pub data_addr: String,
 }
 
 /// A worker's report on its way to its job's driver, with where its outcome goes (an error is

@@ -87,6 +87,8 @@ struct Worker {
     connected: bool,
     /// What the worker proved when this session attached.
     identity: crate::auth::WorkerIdentity,
+    /// Its data exchange address, as announced.
+    data_addr: String,
 }
 
 struct Runtime {
@@ -337,6 +339,7 @@ impl Runtime {
                         connected: w.connected,
                         jobs: self.leases.jobs_on(id).map(|j| j.to_string()).collect(),
                         identity: w.identity.clone(),
+                        data_addr: w.data_addr.clone(),
                     })
                     .collect();
                 let _ = reply.send(workers);
@@ -387,6 +390,7 @@ impl Runtime {
                 outbox: outbox.clone(),
                 connected: true,
                 identity: info.identity.clone(),
+                data_addr: info.data_addr.clone(),
             },
         );
         if let Some(old) = replaced {

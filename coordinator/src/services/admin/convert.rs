@@ -83,6 +83,7 @@ pub fn worker_status(w: crate::leader::WorkerSlots) -> pb::WorkerStatus {
             WorkerIdentity::Certificate(_) => "certificate",
         }
         .to_owned(),
+        data_addr: w.data_addr,
     }
 }
 

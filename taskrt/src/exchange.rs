@@ -6,16 +6,24 @@
 //! [`OutputGate`] (one [`EdgeOutput`] per outgoing edge, partitioning records by the edge's
 //! [`Partitioning`]); the consuming task owns an [`InputGate`] that reads its channels fairly and
 //! skips the channels that alignment has parked.
+//!
+//! A send that finds its channel full waits for room; the [`OutputGate`] counts that wait as the
+//! task's back-pressured time ([`TaskCounters`]). A send into a channel with room does not
+//! read the clock.
 
 use std::future::poll_fn;
+use std::sync::Arc;
 use std::task::Poll;
 
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
+use tokio::sync::mpsc::error::TrySendError;
 
 use cairn_protocol::graph::Partitioning;
 use cairn_protocol::keygroups::subtask_for_key;
 use cairn_protocol::messages::CheckpointOptions;
+
+use crate::metrics::{TaskCounters, Wait};
 
 /// A data record. Records are plain `u64` triples, which is all the demo pipeline and the
 /// benchmarks need and keeps the hot path allocation-free.
@@ -82,36 +90,55 @@ impl EdgeOutput {
         Self { to, partitioning, max_parallelism, senders, next_rebalance: start }
     }
 
-    async fn send(&self, target: usize, element: StreamElement) -> Result<(), ExchangeError> {
-        match self.senders.get(target) {
-            Some(tx) => tx
-                .send(element)
-                .await
-                .map_err(|_| ExchangeError::DownstreamGone { to: self.to.clone(), subtask: target }),
-            None => Err(ExchangeError::DownstreamGone { to: self.to.clone(), subtask: target }),
+    /// Sends `element` to downstream subtask `target`. Only when its channel is full does the
+    /// send wait, and only then is the clock read: the wait counts as back-pressured time in
+    /// `counters`.
+    async fn send(
+        &self,
+        target: usize,
+        element: StreamElement,
+        counters: Option<&TaskCounters>,
+    ) -> Result<(), ExchangeError> {
+        let gone = || ExchangeError::DownstreamGone { to: self.to.clone(), subtask: target };
+        let Some(tx) = self.senders.get(target) else { return Err(gone()) };
+        // `try_send` does not take part in tokio's cooperative scheduling as `send` does: keep
+        // the yield point, so that a producer whose channels always have room still lets the
+        // other tasks of its worker thread run. (A yield is not back-pressure: it is not timed.)
+        tokio::task::coop::consume_budget().await;
+        match tx.try_send(element) {
+            Ok(()) => Ok(()),
+            Err(TrySendError::Closed(_)) => Err(gone()),
+            Err(TrySendError::Full(element)) => {
+                let _blocked = counters.map(|c| c.wait(Wait::BackPressured));
+                tx.send(element).await.map_err(|_| gone())
+            }
         }
     }
 
-    async fn emit(&mut self, record: Record) -> Result<(), ExchangeError> {
+    async fn emit(&mut self, record: Record, counters: Option<&TaskCounters>) -> Result<(), ExchangeError> {
         let n = self.senders.len();
         match self.partitioning {
-            Partitioning::Forward => self.send(0, StreamElement::Record(record)).await,
+            Partitioning::Forward => self.send(0, StreamElement::Record(record), counters).await,
             Partitioning::Hash => {
                 let target = subtask_for_key(record.key, self.max_parallelism, n as u32) as usize;
-                self.send(target, StreamElement::Record(record)).await
+                self.send(target, StreamElement::Record(record), counters).await
             }
             Partitioning::Rebalance => {
                 let target = self.next_rebalance % n.max(1);
                 self.next_rebalance = self.next_rebalance.wrapping_add(1);
-                self.send(target, StreamElement::Record(record)).await
+                self.send(target, StreamElement::Record(record), counters).await
             }
-            Partitioning::Broadcast => self.broadcast(StreamElement::Record(record)).await,
+            Partitioning::Broadcast => self.broadcast(StreamElement::Record(record), counters).await,
         }
     }
 
-    async fn broadcast(&self, element: StreamElement) -> Result<(), ExchangeError> {
+    async fn broadcast(
+        &self,
+        element: StreamElement,
+        counters: Option<&TaskCounters>,
+    ) -> Result<(), ExchangeError> {
         for target in 0..self.senders.len() {
-            self.send(target, element.clone()).await?;
+            self.send(target, element.clone(), counters).await?;
         }
         Ok(())
     }
@@ -121,11 +148,20 @@ impl EdgeOutput {
 #[derive(Debug, Default)]
 pub struct OutputGate {
     edges: Vec<EdgeOutput>,
+    /// Where waits for room in a full channel are counted (none: not counted).
+    counters: Option<Arc<TaskCounters>>,
 }
 
 impl OutputGate {
     pub fn new(edges: Vec<EdgeOutput>) -> Self {
-        Self { edges }
+        Self { edges, counters: None }
+    }
+
+    /// Counts the time sends wait for room in a full channel as back-pressured time in
+    /// `counters`.
+    pub fn counting_into(mut self, counters: Arc<TaskCounters>) -> Self {
+        self.counters = Some(counters);
+        self
     }
 
     pub fn is_empty(&self) -> bool {
@@ -134,16 +170,18 @@ impl OutputGate {
 
     /// Sends a record along every outgoing edge, partitioned per edge.
     pub async fn emit(&mut self, record: Record) -> Result<(), ExchangeError> {
+        let counters = self.counters.as_deref();
         for edge in &mut self.edges {
-            edge.emit(record).await?;
+            edge.emit(record, counters).await?;
         }
         Ok(())
     }
 
     /// Sends an event (barrier, watermark, cancel marker, end of input) to every channel.
     pub async fn broadcast(&mut self, element: StreamElement) -> Result<(), ExchangeError> {
+        let counters = self.counters.as_deref();
         for edge in &self.edges {
-            edge.broadcast(element.clone()).await?;
+            edge.broadcast(element.clone(), counters).await?;
         }
         Ok(())
     }
@@ -237,6 +275,8 @@ impl InputGate {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     fn rec(key: u64) -> Record {
@@ -276,6 +316,35 @@ mod tests {
         );
         drop(tx1);
         assert_eq!(gate.next().await, InputEvent::Disconnected { channel: 1 });
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn only_waiting_for_room_in_a_full_channel_counts_as_back_pressure() {
+        let counters = Arc::new(TaskCounters::default());
+        counters.start_running();
+        let (tx, mut rx) = mpsc::channel(2);
+        let mut gate =
+            OutputGate::new(vec![EdgeOutput::new("d".into(), Partitioning::Forward, 128, vec![tx], 0)])
+                .counting_into(counters.clone());
+        gate.emit(rec(1)).await.unwrap();
+        gate.broadcast(StreamElement::Watermark(1)).await.unwrap();
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(counters.times().back_pressured, Duration::ZERO, "sends into room do not wait");
+
+        // Full: the next send waits until the consumer takes something.
+        let consumer = async {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            rx.recv().await
+        };
+        let (sent, taken) = tokio::join!(gate.emit(rec(2)), consumer);
+        sent.unwrap();
+        assert_eq!(taken, Some(StreamElement::Record(rec(1))));
+        assert_eq!(counters.times().back_pressured, Duration::from_millis(300));
+
+        // A send abandoned while blocked counts up to then.
+        let abandoned = tokio::time::timeout(Duration::from_millis(200), gate.emit(rec(3))).await;
+        assert!(abandoned.is_err(), "the channel is still full");
+        assert_eq!(counters.times().back_pressured, Duration::from_millis(500));
     }
 
     #[tokio::test]

@@ -16,8 +16,8 @@
 //! | [`checkpoint`] | barrier alignment (pure) and the asynchronous snapshot pool |
 //! | [`state`] | keyed and list state, snapshot files (full / incremental, CRC-32), loading an assigned restore |
 //! | [`runtime`] | deploying a job graph in-process ([`runtime::LocalJob`]) |
-//! | [`metrics`] | observable per-task counters and last checkpoint figures |
-//! | [`exporter`] | per-subtask checkpoint figures for the worker's `/metrics` |
+//! | [`metrics`] | observable per-task counters (records, checkpoints, busy / idle / back-pressured time) and last checkpoint figures |
+//! | [`exporter`] | per-subtask checkpoint and running-time figures for the worker's `/metrics` |
 //! | [`demo`] | the demo pipeline (sequence source → keyed counter → 2PC file sink) and its verifier |
 //! | [`testkit`] | a scripted coordinator for tests and benchmarks |
 //! | [`worker`] | the `cairn-worker run` process: leader following over the task gateway, sessions, the job host |

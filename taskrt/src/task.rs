@@ -12,6 +12,10 @@
 //! bounded channels: a task blocked by backpressure handles its next message once the send went
 //! through.
 //!
+//! The task accounts for its running time as Flink does ([`crate::metrics::TaskTimes`]): a send
+//! waiting for room downstream is back-pressured time, waiting in the mailbox with no message,
+//! outcome or input ready is idle time, and the rest is busy time.
+//!
 //! Finishing follows Flink's FLIP-147: once its input ended (a bounded source ran out, or every
 //! upstream channel delivered `EndOfData`) a task closes its operators, sends `EndOfData`
 //! downstream and stays in `finishing`, still taking part in checkpoints, until a checkpoint it
@@ -35,7 +39,7 @@ use crate::checkpoint::alignment::{AlignmentAction, BarrierAligner};
 use crate::checkpoint::pool::{AsyncOutcome, InFlightSnapshots, SnapshotPool};
 use crate::exchange::{Barrier, ExchangeError, InputEvent, InputGate, OutputGate, Record, StreamElement};
 use crate::lifecycle::{IllegalTransition, TaskState};
-use crate::metrics::{AckedCheckpoint, TaskCounters, TaskObserver};
+use crate::metrics::{AckedCheckpoint, TaskCounters, TaskObserver, Wait};
 use crate::operator::{OperatorError, SourcePoll};
 use crate::state::StateError;
 use crate::state::restore::load;
@@ -92,6 +96,14 @@ pub enum TaskError {
     Lifecycle(#[from] IllegalTransition),
 }
 
+/// What woke the mailbox.
+enum Wake {
+    Control(Option<CoordinatorMessage>),
+    AsyncPart(AsyncOutcome),
+    Input(InputEvent),
+    SourceDue,
+}
+
 /// Figures of a checkpoint between its synchronous part and its acknowledgement.
 #[derive(Debug)]
 struct PendingAck {
@@ -128,8 +140,9 @@ struct Task {
     /// A completion notice covering `final_checkpoint` arrived, or a synchronous savepoint
     /// (stop-with-savepoint) completed: nothing is left to wait for once the input ended.
     may_finish: bool,
-    /// The source asked not to be polled before this instant.
-    source_idle_until: Option<Instant>,
+    /// The source asked not to be polled before this instant (on tokio's clock, which tests
+    /// can pause).
+    source_idle_until: Option<tokio::time::Instant>,
     watermarks: Vec<u64>,
     current_watermark: u64,
 }
@@ -154,7 +167,7 @@ impl Task {
             state: TaskState::Created,
             chain: s.chain,
             inputs: s.inputs,
-            outputs: s.outputs,
+            outputs: s.outputs.counting_into(s.observer.counters.clone()),
             control: s.control,
             reports: s.reports,
             restore: s.restore,
@@ -189,6 +202,11 @@ impl Task {
     async fn set_state(&mut self, to: TaskState) -> Result<(), TaskError> {
         self.state.transition(to)?;
         tracing::info!(task = %self.id, state = %self.state, "task state");
+        if self.state == TaskState::Running {
+            self.counters().start_running();
+        } else if self.state.is_terminal() {
+            self.counters().stop_running();
+        }
         self.observer.state.send_replace(self.state.clone());
         self.report(TaskMessage::Status { task: self.id.clone(), status: self.state.status() }).await;
         Ok(())
@@ -359,23 +377,35 @@ impl Task {
     /// One turn of the mailbox: a coordinator message, a finished asynchronous part, or input
     /// (records, barriers and events from upstream; for a source, its next records while
     /// `poll_source`).
+    ///
+    /// Waiting for one of them when none is ready is idle time; handling it is not.
     async fn turn(&mut self, poll_source: bool) -> Result<(), TaskError> {
         let is_source = self.chain.is_source();
         let input_open = self.sync_savepoint.is_none();
         let idle_until = self.source_idle_until;
-        tokio::select! {
-            biased;
-            msg = self.control.recv() => match msg {
-                Some(msg) => self.on_control(msg).await?,
-                None => return Err(TaskError::Canceled),
-            },
-            outcome = self.in_flight.next(), if !self.in_flight.is_empty() => {
-                self.on_async_outcome(outcome).await?;
-            }
-            event = self.inputs.next(), if input_open && !is_source => self.on_input(event).await?,
-            _ = wait_until(idle_until), if input_open && is_source && poll_source => self.poll_source().await?,
+        // A task that used up its cooperative budget yields here, untimed: otherwise its wakes
+        // would find nothing ready (the budget says so, not the channels) and the time until it
+        // runs again would count as idle.
+        if !tokio::task::coop::has_budget_remaining() {
+            tokio::task::coop::consume_budget().await;
         }
-        Ok(())
+        let (control, in_flight, inputs) = (&mut self.control, &mut self.in_flight, &mut self.inputs);
+        let wake = self.observer.counters.time_if_pending(Wait::Idle, async {
+            tokio::select! {
+                biased;
+                msg = control.recv() => Wake::Control(msg),
+                outcome = in_flight.next(), if !in_flight.is_empty() => Wake::AsyncPart(outcome),
+                event = inputs.next(), if input_open && !is_source => Wake::Input(event),
+                _ = wait_until(idle_until), if input_open && is_source && poll_source => Wake::SourceDue,
+            }
+        });
+        match wake.await {
+            Wake::Control(Some(msg)) => self.on_control(msg).await,
+            Wake::Control(None) => Err(TaskError::Canceled),
+            Wake::AsyncPart(outcome) => self.on_async_outcome(outcome).await,
+            Wake::Input(event) => self.on_input(event).await,
+            Wake::SourceDue => self.poll_source().await,
+        }
     }
 
     async fn emit(&mut self, records: Vec<Record>) -> Result<(), TaskError> {
@@ -617,7 +647,7 @@ impl Task {
         self.emit(out).await?;
         match poll {
             SourcePoll::Emitted => self.source_idle_until = None,
-            SourcePoll::Idle(d) => self.source_idle_until = Some(Instant::now() + d),
+            SourcePoll::Idle(d) => self.source_idle_until = Some(tokio::time::Instant::now() + d),
             SourcePoll::Finished => self.end_input().await?,
         }
         Ok(())
@@ -720,9 +750,9 @@ impl Task {
     }
 }
 
-async fn wait_until(deadline: Option<Instant>) {
+async fn wait_until(deadline: Option<tokio::time::Instant>) {
     if let Some(d) = deadline {
-        sleep_until(d.into()).await;
+        sleep_until(d).await;
     }
 }
 

@@ -1,7 +1,7 @@
 //! `/metrics` of real processes: three `cairn` replicas and a `cairn-worker` running the demo job
 //! with 200 ms checkpoints. The leader exports the job's checkpoint counts under Flink's names
 //! and says it leads; a follower says it does not and exports no job series; the worker exports
-//! the checkpoint figures of every subtask of the job.
+//! the checkpoint figures and the busy, idle and back-pressured time of every subtask of the job.
 
 use std::time::Duration;
 
@@ -138,6 +138,9 @@ async fn run(cluster: &mut ProcCluster) -> anyhow::Result<()> {
             "cairn_task_last_checkpoint_sync_seconds",
             "cairn_task_last_checkpoint_async_seconds",
             "cairn_task_last_checkpoint_persisted_bytes",
+            "cairn_task_busy_seconds_total",
+            "cairn_task_idle_seconds_total",
+            "cairn_task_back_pressured_seconds_total",
         ] {
             let value = sample(&text, &format!("{name}{labels}"));
             assert!(value.is_some_and(|x| x >= 0.0), "{name}{labels}: {value:?}\n{text}");

@@ -14,6 +14,7 @@ use cairn_protocol::messages::{CoordinatorMessage, TaskAttemptId, TaskId, TaskMe
 use cairn_taskrt::chain::{ChainMember, OperatorChain};
 use cairn_taskrt::checkpoint::pool::SnapshotPool;
 use cairn_taskrt::exchange::{EdgeOutput, InputGate, OutputGate, Record, StreamElement};
+use cairn_taskrt::exporter::TaskMetrics;
 use cairn_taskrt::metrics::{TaskMonitor, task_observer};
 use cairn_taskrt::operator::{Operator, OperatorContext, OperatorError, SourcePoll, TaskInfo};
 use cairn_taskrt::state::codec;
@@ -152,6 +153,10 @@ pub struct HarnessOptions {
     pub max_parallelism: u32,
     pub parallelism: u32,
     pub subtask: u32,
+    /// Capacity of the output channel the test holds.
+    pub output_capacity: usize,
+    /// Where the task exports its figures (as job `job`, vertex `v`), if anywhere.
+    pub metrics: Option<TaskMetrics>,
 }
 
 impl HarnessOptions {
@@ -166,6 +171,8 @@ impl HarnessOptions {
             max_parallelism: 128,
             parallelism: 1,
             subtask: 0,
+            output_capacity: 1024,
+            metrics: None,
         }
     }
 }
@@ -202,10 +209,11 @@ pub fn spawn_task(o: HarnessOptions) -> Harness {
         })
         .collect();
     let (in_txs, in_rxs): (Vec<_>, Vec<_>) = (0..o.inputs).map(|_| mpsc::channel(64)).unzip();
-    let (out_tx, output) = mpsc::channel(1024);
+    let (out_tx, output) = mpsc::channel(o.output_capacity);
     let (control, control_rx) = mpsc::channel(16);
     let (reports_tx, reports) = mpsc::channel(64);
     let (observer, monitor) = task_observer();
+    let observer = observer.exporting(o.metrics.map(|m| m.task("job", "v", o.subtask)));
     let id = TaskAttemptId {
         task: TaskId { job: "job".into(), vertex: "v".into(), subtask: o.subtask },
         attempt: 0,

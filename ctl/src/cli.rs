@@ -187,8 +187,19 @@ pub struct SubmitArgs {
     /// completed).
     #[arg(long, value_enum, requires = "from_savepoint")]
     pub restore_mode: Option<RestoreModeArg>,
+    /// How the leader places the subtasks on workers: `pack` (default; the whole job on one
+    /// worker when one has room) or `spread` (over every worker with free slots).
+    #[arg(long, value_enum)]
+    pub placement: Option<PlacementArg>,
     #[command(flatten)]
     pub restart: RestartFlags,
+}
+
+/// How the leader places a job's subtasks on workers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum PlacementArg {
+    Pack,
+    Spread,
 }
 
 /// Who owns the snapshot a job restores from.

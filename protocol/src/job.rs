@@ -86,6 +86,31 @@ pub struct JobSpec {
     /// [`RestartStrategy::default_for`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub restart_strategy: Option<RestartStrategy>,
+    /// How the leader places the job's subtasks on workers.
+    #[serde(skip_serializing_if = "PlacementStrategy::is_default")]
+    pub placement: PlacementStrategy,
+}
+
+/// How the leader places a job's subtasks on workers. Either way subtask `i` of every vertex
+/// stays together on one worker (a slot-sharing group, as in Flink), so forward edges never
+/// cross workers; every subtask still takes one slot.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PlacementStrategy {
+    /// The whole job on the worker with the most free slots when one has room for it (its
+    /// channels stay in-process); otherwise its groups fill the workers with the most free slots
+    /// first.
+    #[default]
+    Pack,
+    /// The groups spread over every worker with free slots, one at a time to the worker with the
+    /// most free slots left (Flink's `cluster.evenly-spread-out-slots`).
+    Spread,
+}
+
+impl PlacementStrategy {
+    pub fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
 }
 
 impl JobSpec {

@@ -163,6 +163,14 @@ async fn jobs_checkpoints_and_savepoints_through_the_admin_api() -> anyhow::Resu
     let r = admin(&mut c, |mut a| async move { a.submit_job(submit("a", "", "bad id!")).await }).await;
     assert_eq!(code(&r), Some(Code::InvalidArgument));
     assert!(format!("{r:?}").contains("request_id"), "{r:?}");
+    let bad_placement = SubmitJobRequest { placement: "everywhere".into(), ..submit("a", &g, "") };
+    let r = admin(&mut c, |mut a| {
+        let req = bad_placement.clone();
+        async move { a.submit_job(req).await }
+    })
+    .await;
+    assert_eq!(code(&r), Some(Code::InvalidArgument));
+    assert!(format!("{r:?}").contains("use pack (the default) or spread"), "{r:?}");
     let r = admin(&mut c, |mut a| async move { a.describe_job(job_req("nope")).await }).await;
     assert_eq!(code(&r), Some(Code::NotFound));
 

@@ -43,6 +43,15 @@ pub struct WorkerLease {
     pub outbox: mpsc::Sender<LeaderMessage>,
 }
 
+/// One worker chosen for a deployment: its lease, its data exchange address, and the
+/// slot-sharing groups (by index) it runs.
+#[derive(Debug, Clone)]
+pub struct WorkerGrant {
+    pub lease: WorkerLease,
+    pub data_addr: String,
+    pub groups: Vec<usize>,
+}
+
 pub(crate) enum RuntimeCmd {
     Attach {
         info: WorkerInfo,
@@ -57,18 +66,20 @@ pub(crate) enum RuntimeCmd {
         worker_id: String,
         session: u64,
     },
-    AcquireWorker {
+    AcquireWorkers {
         job: JobId,
-        slots: u32,
-        reply: oneshot::Sender<Option<WorkerLease>>,
+        /// Subtasks of each slot-sharing group.
+        groups: Vec<u32>,
+        strategy: cairn_raft::model::PlacementStrategy,
+        reply: oneshot::Sender<Option<Vec<WorkerGrant>>>,
     },
     ReleaseWorker {
         job: JobId,
     },
-    AdoptLease {
+    AdoptLeases {
         job: JobId,
-        worker_id: String,
-        slots: u32,
+        /// (worker, slots) for each worker the job's tasks re-attached from.
+        workers: Vec<(String, u32)>,
     },
     Trigger {
         job: JobId,
@@ -232,13 +243,20 @@ impl TermHandle {
         Ok(outcome)
     }
 
-    pub(crate) async fn acquire_worker(&self, job: JobId, slots: u32) -> Option<WorkerLease> {
-        self.ask(|reply| RuntimeCmd::AcquireWorker { job, slots, reply }).await.ok().flatten()
+    /// Workers for a deployment of `groups` (subtasks per slot-sharing group); `None` while the
+    /// free slots cannot hold them (the job is told when workers change).
+    pub(crate) async fn acquire_workers(
+        &self,
+        job: JobId,
+        groups: Vec<u32>,
+        strategy: cairn_raft::model::PlacementStrategy,
+    ) -> Option<Vec<WorkerGrant>> {
+        self.ask(|reply| RuntimeCmd::AcquireWorkers { job, groups, strategy, reply }).await.ok().flatten()
     }
 
-    /// Records that `job` runs on `worker_id` (tasks that re-attached after a leader change).
-    pub(crate) async fn adopt_lease(&self, job: JobId, worker_id: String, slots: u32) {
-        let _ = self.tx.send(RuntimeCmd::AdoptLease { job, worker_id, slots }).await;
+    /// Records that `job` runs on these workers (tasks that re-attached after a leader change).
+    pub(crate) async fn adopt_leases(&self, job: JobId, workers: Vec<(String, u32)>) {
+        let _ = self.tx.send(RuntimeCmd::AdoptLeases { job, workers }).await;
     }
 
     pub(crate) async fn release_worker(&self, job: JobId) {

@@ -14,6 +14,7 @@ mod handle;
 pub mod job;
 mod leases;
 mod liveness;
+mod placement;
 pub mod runtime;
 
 use std::path::PathBuf;
@@ -25,7 +26,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 pub use api::{JobView, StartRefusal, StartedReply, TaskView, TriggerKey, TriggerReply};
-pub use handle::{Session, TermHandle, WorkerInfo, WorkerLease, WorkerSlots};
+pub use handle::{Session, TermHandle, WorkerGrant, WorkerInfo, WorkerLease, WorkerSlots};
 
 use crate::config::WorkerTiming;
 use crate::replica::ReplicaContext;

@@ -18,10 +18,13 @@ use tonic::Status;
 
 use super::LeaderOptions;
 use super::api::StartRefusal;
-use super::handle::{Routes, RuntimeCmd, Session, TermHandle, WorkerInfo, WorkerLease, WorkerSlots};
+use super::handle::{
+    Routes, RuntimeCmd, Session, TermHandle, WorkerGrant, WorkerInfo, WorkerLease, WorkerSlots,
+};
 use super::job::{JobDriver, JobHandle, JobInput};
 use super::leases::Leases;
 use super::liveness::Liveness;
+use super::placement::{self, Candidate};
 use crate::replica::ReplicaContext;
 
 pub(crate) struct TermRuntime {
@@ -252,6 +255,39 @@ impl Runtime {
         }
     }
 
+    /// Chooses workers for a deployment and leases their slots to `job`.
+    fn acquire(
+        &mut self,
+        job: &JobId,
+        groups: &[u32],
+        strategy: cairn_raft::model::PlacementStrategy,
+    ) -> Option<Vec<WorkerGrant>> {
+        let candidates: Vec<Candidate> = self
+            .workers
+            .iter()
+            .filter(|(_, w)| w.connected)
+            .map(|(id, w)| Candidate {
+                worker_id: id.clone(),
+                free: self.free_slots(id),
+                exchange: !w.data_addr.is_empty(),
+            })
+            .collect();
+        let placed = placement::place(groups, &candidates, strategy)?;
+        let mut grants = Vec::with_capacity(placed.len());
+        let mut leased = Vec::with_capacity(placed.len());
+        for (worker_id, gs) in placed {
+            let w = self.workers.get(&worker_id)?;
+            leased.push((worker_id.clone(), gs.iter().map(|g| groups[*g]).sum()));
+            grants.push(WorkerGrant {
+                lease: WorkerLease { worker_id, outbox: w.outbox.clone() },
+                data_addr: w.data_addr.clone(),
+                groups: gs,
+            });
+        }
+        self.leases.set(job.clone(), leased);
+        Some(grants)
+    }
+
     fn free_slots(&self, worker_id: &str) -> u32 {
         self.workers.get(worker_id).map_or(0, |w| w.slots.saturating_sub(self.leases.used(worker_id)))
     }
@@ -276,28 +312,15 @@ impl Runtime {
                     self.liveness.seen(&worker_id, Instant::now());
                 }
             }
-            RuntimeCmd::AcquireWorker { job, slots, reply } => {
-                let pick = self
-                    .workers
-                    .iter()
-                    .filter(|(_, w)| w.connected)
-                    .map(|(id, _)| (self.free_slots(id), id.clone()))
-                    .filter(|(free, _)| *free >= slots)
-                    .max_by_key(|(free, id)| (*free, std::cmp::Reverse(id.clone())));
-                let lease = pick.and_then(|(_, id)| {
-                    let w = self.workers.get(&id)?;
-                    Some(WorkerLease { worker_id: id.clone(), outbox: w.outbox.clone() })
-                });
-                match &lease {
-                    Some(l) => self.leases.insert(job, l.worker_id.clone(), slots),
-                    None => {
-                        self.waiting.insert(job);
-                    }
+            RuntimeCmd::AcquireWorkers { job, groups, strategy, reply } => {
+                let grants = self.acquire(&job, &groups, strategy);
+                if grants.is_none() {
+                    self.waiting.insert(job);
                 }
-                let _ = reply.send(lease);
+                let _ = reply.send(grants);
             }
-            RuntimeCmd::AdoptLease { job, worker_id, slots } => {
-                self.leases.insert(job, worker_id, slots);
+            RuntimeCmd::AdoptLeases { job, workers } => {
+                self.leases.set(job, workers);
             }
             RuntimeCmd::ReleaseWorker { job } => {
                 if self.leases.remove(&job).is_some() {

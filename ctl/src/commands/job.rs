@@ -11,7 +11,8 @@ use serde_json::{Map, Value};
 
 use super::Ctx;
 use crate::cli::{
-    CheckpointFlags, ConfigArgs, Interval, JobCmd, RestartFlags, RestoreModeArg, StopArgs, SubmitArgs,
+    CheckpointFlags, ConfigArgs, Interval, JobCmd, PlacementArg, RestartFlags, RestoreModeArg, StopArgs,
+    SubmitArgs,
 };
 use crate::client::Wait;
 use crate::errors::CtlError;
@@ -83,6 +84,11 @@ async fn submit(ctx: &mut Ctx<'_>, args: SubmitArgs) -> Result<(), CtlError> {
             Some(RestoreModeArg::Claim) => "claim".into(),
         },
         restart_strategy_json: restart_json(&args.restart)?.map(|v| v.to_string()).unwrap_or_default(),
+        placement: match args.placement {
+            None => String::new(),
+            Some(PlacementArg::Pack) => "pack".into(),
+            Some(PlacementArg::Spread) => "spread".into(),
+        },
     };
     let reply = ctx
         .session

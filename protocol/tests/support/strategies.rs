@@ -526,14 +526,22 @@ pub fn job_spec() -> BoxedStrategy<JobSpec> {
         any::<bool>(),
         mode,
         proptest::option::of(restart_strategy()),
+        any::<bool>(),
     )
-        .prop_map(|(graph, checkpoint, restore_from, allow, restore_mode, restart_strategy)| JobSpec {
-            graph,
-            checkpoint,
-            restore_from,
-            allow_non_restored_state: allow,
-            restore_mode,
-            restart_strategy,
+        .prop_map(|(graph, checkpoint, restore_from, allow, restore_mode, restart_strategy, spread)| {
+            JobSpec {
+                graph,
+                checkpoint,
+                restore_from,
+                allow_non_restored_state: allow,
+                restore_mode,
+                restart_strategy,
+                placement: if spread {
+                    cairn_protocol::job::PlacementStrategy::Spread
+                } else {
+                    cairn_protocol::job::PlacementStrategy::Pack
+                },
+            }
         })
         .boxed()
 }

@@ -20,7 +20,7 @@ pub use command::{Command, CommandError, CommandResponse, MAX_BATCH, MAX_ID_RESE
 // The submitted job's vocabulary is the contract crate's; the registry stores it as it is.
 pub use cairn_protocol::checkpoint::CheckpointKind;
 pub use cairn_protocol::config::{CheckpointConfig, ConfigError};
-pub use cairn_protocol::job::{JobId, JobIdError, JobSpec};
+pub use cairn_protocol::job::{JobId, JobIdError, JobSpec, PlacementStrategy};
 pub use job::{CompletedCheckpoint, JobRecord, JobStatus, SavepointRecord};
 pub use request::{RequestEntry, RequestTable};
 pub use state::StateMachineData;

@@ -18,12 +18,13 @@ impl JobDriver {
 
     pub(super) fn request_worker(&mut self) {
         let Some(p) = &self.prepared else { return };
-        let slots = p.tasks.len() as u32;
+        let groups = p.tasks.groups();
+        let strategy = p.record.spec.placement;
         let generation = self.generation;
         let term = self.term.clone();
         let job = self.job.clone();
         self.spawn_internal(async move {
-            Internal::Leased { generation, lease: term.acquire_worker(job, slots).await }
+            Internal::Leased { generation, grants: term.acquire_workers(job, groups, strategy).await }
         });
     }
 
@@ -46,14 +47,46 @@ impl JobDriver {
         }
     }
 
-    pub(super) fn on_leased(&mut self, lease: Option<WorkerLease>) {
-        let Some(lease) = lease else {
+    pub(super) fn on_leased(&mut self, grants: Option<Vec<WorkerGrant>>) {
+        let Some(grants) = grants.filter(|g| !g.is_empty()) else {
             if let Some(p) = &self.prepared {
-                tracing::info!(job = %self.job, slots = p.tasks.len(), "waiting for a worker with enough free slots");
+                tracing::info!(job = %self.job, slots = p.tasks.len(), "waiting for workers with enough free slots");
             }
             return;
         };
         let Some(p) = self.prepared.take() else { return };
+        // The worker of each task, from the worker of its slot-sharing group.
+        let mut group_worker: BTreeMap<usize, &str> = BTreeMap::new();
+        for g in &grants {
+            for i in &g.groups {
+                group_worker.insert(*i, g.lease.worker_id.as_str());
+            }
+        }
+        let mut placement = Vec::with_capacity(p.tasks.len());
+        for i in 0..p.tasks.len() {
+            match p.tasks.group_of(i).and_then(|g| group_worker.get(&g)) {
+                Some(w) => placement.push((*w).to_owned()),
+                None => {
+                    self.release_worker();
+                    return self.fail_job(
+                        CheckpointFailureReason::JobFailure,
+                        format!("the placement left task {i} without a worker"),
+                    );
+                }
+            }
+        }
+        let spread = (grants.len() > 1).then(|| DeploymentPlacement {
+            subtasks: (0..p.tasks.len())
+                .filter_map(|i| p.tasks.get(i).map(|t| (i, t)))
+                .map(|(i, t)| PlacedSubtask {
+                    vertex: t.vertex.clone(),
+                    subtask: t.subtask,
+                    worker: placement[i].clone(),
+                })
+                .collect(),
+            addresses: grants.iter().map(|g| (g.lease.worker_id.clone(), g.data_addr.clone())).collect(),
+            exchange_key: exchange_key(),
+        });
         let deployment = Deployment {
             job_id: self.job.to_string(),
             attempt: p.attempt,
@@ -61,15 +94,31 @@ impl JobDriver {
             storage_root: self.storage_root(&p.record),
             restore: p.restore.clone(),
             incremental: self.options.incremental,
-            placement: None,
+            placement: spread,
         };
         let json = match serde_json::to_vec(&deployment) {
             Ok(j) => j,
             Err(e) => return self.fail_job(CheckpointFailureReason::JobFailure, e.to_string()),
         };
-        if lease.outbox.try_send(self.term.leader_message(leader_message::Body::DeployJson(json))).is_err() {
-            tracing::warn!(job = %self.job, worker = %lease.worker_id, "cannot reach the worker; trying again");
-            self.release_worker();
+        let deployed = Deployed {
+            attempt: p.attempt,
+            leases: grants.into_iter().map(|g| (g.lease.worker_id.clone(), g.lease)).collect(),
+            placement,
+            running: BTreeSet::new(),
+            finished: BTreeSet::new(),
+        };
+        let unreachable = deployed
+            .leases
+            .values()
+            .find(|lease| {
+                let message = self.term.leader_message(leader_message::Body::DeployJson(json.clone()));
+                lease.outbox.try_send(message).is_err()
+            })
+            .map(|lease| lease.worker_id.clone());
+        if let Some(worker) = unreachable {
+            tracing::warn!(job = %self.job, worker = %worker, "cannot reach the worker; trying again");
+            // Cancels what reached the other workers and releases every lease.
+            self.deployed = Some(deployed);
             self.restart("deployment could not be sent".into());
             return;
         }
@@ -91,9 +140,8 @@ impl JobDriver {
         if let Some((id, external_path)) = p.restored.clone() {
             self.feed(Event::Restored { checkpoint_id: id, external_path });
         }
-        tracing::info!(job = %self.job, attempt = p.attempt, worker = %lease.worker_id, "job deployed");
-        self.deployed =
-            Some(Deployed { attempt: p.attempt, lease, running: BTreeSet::new(), finished: BTreeSet::new() });
+        tracing::info!(job = %self.job, attempt = p.attempt, workers = %deployed.workers(), "job deployed");
+        self.deployed = Some(deployed);
         self.phase = Phase::Deploying;
     }
 
@@ -139,7 +187,7 @@ impl JobDriver {
             self.feed(Event::StopScheduler);
         }
         if let Some(d) = self.deployed.take() {
-            self.command(&d.lease, d.attempt, Vec::new(), ToTask::Cancel);
+            self.command_deployed(&d, Vec::new(), ToTask::Cancel);
             self.release_worker();
         }
         self.prepared = None;
@@ -206,10 +254,16 @@ impl JobDriver {
     pub(super) fn fail_job(&mut self, reason: CheckpointFailureReason, message: String) {
         tracing::error!(job = %self.job, reason = reason.description(), message = %message, "failing the job");
         if let Some(d) = self.deployed.take() {
-            self.command(&d.lease, d.attempt, Vec::new(), ToTask::Cancel);
+            self.command_deployed(&d, Vec::new(), ToTask::Cancel);
             self.release_worker();
         }
         self.phase = Phase::Failed;
         self.set_status(JobStatus::Failed { reason: format!("{}: {message}", reason.description()) });
     }
+}
+
+/// A fresh exchange key for a deployment that spans workers: 32 random bytes, hex.
+fn exchange_key() -> String {
+    let bytes: [u8; 32] = rand::random();
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

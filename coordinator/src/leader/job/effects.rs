@@ -52,7 +52,39 @@ impl JobDriver {
         if addressed.len() == self.tasks.len() {
             addressed.clear();
         }
-        self.command(&d.lease, d.attempt, addressed, body)
+        self.command_deployed(d, addressed, body)
+    }
+
+    /// Sends a command to tasks of the deployment `d` (all of them when `tasks` is empty), each
+    /// part to the worker that runs it; `false` when a part could not be handed to its worker.
+    pub(super) fn command_deployed(&self, d: &Deployed, tasks: Vec<(String, u32)>, body: ToTask) -> bool {
+        if tasks.is_empty() {
+            let mut sent = true;
+            for lease in d.leases.values() {
+                sent &= self.command(lease, d.attempt, Vec::new(), body.clone());
+            }
+            return sent;
+        }
+        if d.leases.len() == 1 {
+            return d
+                .leases
+                .values()
+                .all(|lease| self.command(lease, d.attempt, tasks.clone(), body.clone()));
+        }
+        let mut by_worker: BTreeMap<&str, Vec<(String, u32)>> = BTreeMap::new();
+        for (vertex, subtask) in tasks {
+            let worker = self.tasks.index_of(&vertex, subtask).and_then(|i| d.worker_of(i));
+            if let Some(w) = worker {
+                by_worker.entry(w).or_default().push((vertex, subtask));
+            }
+        }
+        let mut sent = true;
+        for (worker, part) in by_worker {
+            if let Some(lease) = d.leases.get(worker) {
+                sent &= self.command(lease, d.attempt, part, body.clone());
+            }
+        }
+        sent
     }
 
     pub(super) fn feed(&mut self, event: Event) {
@@ -142,10 +174,10 @@ impl JobDriver {
                     self.on_prepared(*result);
                 }
             }
-            Internal::Leased { generation, lease } => {
+            Internal::Leased { generation, grants } => {
                 if generation == self.generation && self.phase == Phase::WaitingForWorker {
-                    self.on_leased(lease);
-                } else if lease.is_some() {
+                    self.on_leased(grants);
+                } else if grants.is_some() {
                     self.release_worker();
                 }
             }

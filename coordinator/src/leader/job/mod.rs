@@ -47,8 +47,8 @@ use cairn_proto::v1::{AttachedTask, GatewayError, LeaderMessage, leader_message}
 use cairn_protocol::checkpoint::CheckpointKind;
 use cairn_protocol::checkpoint::write_metadata;
 use cairn_protocol::messages::{
-    CheckpointOptions as TaskCheckpointOptions, DeclineReason, Deployment, TaskCommand, TaskMessage,
-    TaskStatus as RtTaskStatus, ToTask,
+    CheckpointOptions as TaskCheckpointOptions, DeclineReason, Deployment, DeploymentPlacement,
+    PlacedSubtask, TaskCommand, TaskMessage, TaskStatus as RtTaskStatus, ToTask,
 };
 use cairn_protocol::restart::RestartDecision;
 use cairn_raft::model::{Command, CommandError, JobId, JobStatus, Outcome};
@@ -62,7 +62,7 @@ use self::prepare::{prepare, remove_paths};
 use self::tasks::{GraphTasks, core_attempt, split_attempt};
 use super::LeaderOptions;
 pub use super::api::{JobView, StartRefusal, StartedReply, TaskView, TriggerKey, TriggerReply};
-use super::handle::{ReportInput, TermHandle, WorkerLease};
+use super::handle::{ReportInput, TermHandle, WorkerGrant, WorkerLease};
 use crate::checkpoint::{
     Action, CheckpointCoordinatorCore, CheckpointFailureReason, CheckpointOptions, CoreConfig, Event, Now,
     Recovered, RequestId, StrayAck, TaskAttemptId, TaskStatus, TimerToken, TriggerKind, TriggerSuccess,
@@ -122,7 +122,7 @@ pub(crate) enum Internal {
     },
     Leased {
         generation: u64,
-        lease: Option<WorkerLease>,
+        grants: Option<Vec<WorkerGrant>>,
     },
     StatusCommitted {
         status: JobStatus,
@@ -191,10 +191,37 @@ enum Phase {
 
 struct Deployed {
     attempt: u32,
-    lease: WorkerLease,
+    /// The deployment's workers, by id.
+    leases: BTreeMap<String, WorkerLease>,
+    /// The worker of each task, by task index.
+    placement: Vec<String>,
     /// Indices of the tasks that reported running.
     running: BTreeSet<usize>,
     finished: BTreeSet<usize>,
+}
+
+impl Deployed {
+    fn worker_of(&self, index: usize) -> Option<&str> {
+        self.placement.get(index).map(String::as_str)
+    }
+
+    fn runs_on(&self, worker_id: &str) -> bool {
+        self.leases.contains_key(worker_id)
+    }
+
+    /// The workers' ids, comma-separated.
+    fn workers(&self) -> String {
+        self.leases.keys().cloned().collect::<Vec<_>>().join(",")
+    }
+
+    /// Slots taken on each worker.
+    fn slots(&self) -> Vec<(String, u32)> {
+        let mut slots: BTreeMap<&str, u32> = BTreeMap::new();
+        for w in &self.placement {
+            *slots.entry(w).or_default() += 1;
+        }
+        slots.into_iter().map(|(w, n)| (w.to_owned(), n)).collect()
+    }
 }
 
 fn wall_ms() -> u64 {
@@ -462,7 +489,7 @@ impl JobDriver {
             JobInput::Stop => {}
             JobInput::Attached { lease, tasks } => self.on_attached(lease, tasks),
             JobInput::WorkerLost { worker_id } => {
-                if self.deployed.as_ref().is_some_and(|d| d.lease.worker_id == worker_id) {
+                if self.deployed.as_ref().is_some_and(|d| d.runs_on(&worker_id)) {
                     self.deployed = None;
                     self.restart(format!("worker {worker_id} was lost"));
                 }
@@ -496,7 +523,7 @@ impl JobDriver {
             job: self.job.to_string(),
             phase: format!("{:?}", self.phase).to_lowercase(),
             attempt: self.deployed.as_ref().map(|d| d.attempt),
-            worker: self.deployed.as_ref().map(|d| d.lease.worker_id.clone()),
+            worker: self.deployed.as_ref().map(|d| d.workers()),
             pending_checkpoints: self.core.as_ref().map(|c| c.pending_ids()).unwrap_or_default(),
             restarts: self.restarts,
             tasks: self.task_views(),
@@ -510,9 +537,9 @@ impl JobDriver {
             .filter_map(|i| self.tasks.get(i).map(|t| (i, t)))
             .map(|(i, t)| {
                 let (worker, status) = match &self.deployed {
-                    Some(d) if d.finished.contains(&i) => (Some(d.lease.worker_id.clone()), "finished"),
-                    Some(d) if d.running.contains(&i) => (Some(d.lease.worker_id.clone()), "running"),
-                    Some(d) => (Some(d.lease.worker_id.clone()), "deploying"),
+                    Some(d) if d.finished.contains(&i) => (d.worker_of(i).map(str::to_owned), "finished"),
+                    Some(d) if d.running.contains(&i) => (d.worker_of(i).map(str::to_owned), "running"),
+                    Some(d) => (d.worker_of(i).map(str::to_owned), "deploying"),
                     None => (None, "not_deployed"),
                 };
                 TaskView {

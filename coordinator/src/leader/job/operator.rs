@@ -110,7 +110,7 @@ impl JobDriver {
         }
         tracing::info!(job = %self.job, "job canceled: cancelling its tasks");
         if let Some(d) = self.deployed.take() {
-            self.command(&d.lease, d.attempt, Vec::new(), ToTask::Cancel);
+            self.command_deployed(&d, Vec::new(), ToTask::Cancel);
             self.release_worker();
         }
         // Tasks that re-attached but were never adopted into a deployment.

@@ -19,14 +19,14 @@ impl JobDriver {
                         }
                     }
                 }
+                // Every task back, from whichever workers run them (a job may span several).
                 let complete = self.reattached.len() == self.tasks.len()
-                    && self.reattached.values().all(|(a, status, l)| {
+                    && self.reattached.values().all(|(a, status, _)| {
                         *a == latest_attempt
                             && matches!(status.as_str(), "running" | "finishing" | "finished")
-                            && l.worker_id == lease.worker_id
                     });
                 if complete {
-                    self.resume_without_restart(latest_attempt, lease);
+                    self.resume_without_restart(latest_attempt);
                 }
             }
             _ => {
@@ -35,8 +35,8 @@ impl JobDriver {
                 let mut stale = BTreeSet::new();
                 for t in &attached {
                     match &mut self.deployed {
-                        Some(d) if d.attempt == t.attempt as u32 && d.lease.worker_id == lease.worker_id => {
-                            d.lease = lease.clone();
+                        Some(d) if d.attempt == t.attempt as u32 && d.runs_on(&lease.worker_id) => {
+                            d.leases.insert(lease.worker_id.clone(), lease.clone());
                         }
                         _ => {
                             stale.insert(t.attempt as u32);
@@ -50,8 +50,7 @@ impl JobDriver {
                 // The worker runs none of our deployment: it was lost with the stream it was
                 // sent on (or the worker restarted without its tasks). Waiting would wait forever.
                 let lost = self.deployed.as_ref().is_some_and(|d| {
-                    d.lease.worker_id == lease.worker_id
-                        && !attached.iter().any(|t| t.attempt as u32 == d.attempt)
+                    d.runs_on(&lease.worker_id) && !attached.iter().any(|t| t.attempt as u32 == d.attempt)
                 });
                 if lost {
                     self.restart(format!(
@@ -64,7 +63,7 @@ impl JobDriver {
     }
 
     /// Every task of the latest attempt re-attached to this leader: continue without restarting.
-    pub(super) fn resume_without_restart(&mut self, attempt: u32, lease: WorkerLease) {
+    pub(super) fn resume_without_restart(&mut self, attempt: u32) {
         let Some(record) = self.ctx.reader.job(&self.job) else { return };
         let task_set = match self.tasks.task_set(attempt) {
             Ok(t) => t,
@@ -77,17 +76,25 @@ impl JobDriver {
             Ok(core) => self.core = Some(core),
             Err(e) => return self.fail_job(CheckpointFailureReason::JobFailure, e.to_string()),
         }
-        self.runtime_lease(&lease);
-        tracing::info!(job = %self.job, attempt, worker = %lease.worker_id, term = self.term.term,
+        let placement: Vec<String> = self.reattached.values().map(|(_, _, l)| l.worker_id.clone()).collect();
+        let leases: BTreeMap<String, WorkerLease> =
+            self.reattached.values().map(|(_, _, l)| (l.worker_id.clone(), l.clone())).collect();
+        let deployed =
+            Deployed { attempt, leases, placement, running: BTreeSet::new(), finished: BTreeSet::new() };
+        self.runtime_leases(&deployed);
+        tracing::info!(job = %self.job, attempt, workers = %deployed.workers(), term = self.term.term,
             "all tasks re-attached: continuing without restart");
         let (aborted, notified) = notifications_after_reattach(&record);
         for id in aborted {
-            self.command(&lease, attempt, Vec::new(), ToTask::NotifyCheckpointAborted { checkpoint_id: id });
+            self.command_deployed(
+                &deployed,
+                Vec::new(),
+                ToTask::NotifyCheckpointAborted { checkpoint_id: id },
+            );
         }
         if let Some(latest) = notified {
-            self.command(
-                &lease,
-                attempt,
+            self.command_deployed(
+                &deployed,
                 Vec::new(),
                 ToTask::NotifyCheckpointComplete { checkpoint_id: latest },
             );
@@ -103,7 +110,7 @@ impl JobDriver {
             let attempt = core_attempt(attempt, *i);
             self.feed(Event::TaskStatusChanged { attempt, status: TaskStatus::Finished });
         }
-        self.deployed = Some(Deployed { attempt, lease, running: all, finished });
+        self.deployed = Some(Deployed { running: all, finished, ..deployed });
         self.reattached.clear();
         self.phase = Phase::Running;
         self.feed(Event::ResumeScheduler);
@@ -124,12 +131,12 @@ impl JobDriver {
         self.restarts += 1;
     }
 
-    pub(super) fn runtime_lease(&mut self, lease: &WorkerLease) {
+    /// Tells the runtime which workers' slots the re-attached deployment takes.
+    pub(super) fn runtime_leases(&mut self, deployed: &Deployed) {
         let term = self.term.clone();
         let job = self.job.clone();
-        let slots = self.tasks.len() as u32;
-        let worker = lease.worker_id.clone();
-        self.io.spawn(async move { term.adopt_lease(job, worker, slots).await });
+        let slots = deployed.slots();
+        self.io.spawn(async move { term.adopt_leases(job, slots).await });
     }
 }
 

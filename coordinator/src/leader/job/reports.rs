@@ -13,15 +13,17 @@ impl JobDriver {
             ))
         })?;
         let attempt = core_attempt(task.attempt, index);
-        let current = self.deployed.as_ref().filter(|d| d.lease.worker_id == worker_id).map(|d| d.attempt);
-        // Only the worker a job is deployed on speaks for its checkpoints.
+        let current =
+            self.deployed.as_ref().filter(|d| d.worker_of(index) == Some(worker_id)).map(|d| d.attempt);
+        // Only the worker a task is deployed on speaks for its checkpoints.
         if let Some(d) = &self.deployed
-            && d.lease.worker_id != worker_id
+            && d.worker_of(index) != Some(worker_id)
             && matches!(msg, TaskMessage::Acknowledge { .. } | TaskMessage::Decline { .. })
         {
             return Err(Status::permission_denied(format!(
-                "job `{}` runs on worker `{}`, not on `{worker_id}`: task {task} is not this worker's to report",
-                self.job, d.lease.worker_id
+                "task {task} of job `{}` runs on worker `{}`, not on `{worker_id}`: it is not this worker's to report",
+                self.job,
+                d.worker_of(index).unwrap_or("-")
             )));
         }
         match msg {

@@ -71,6 +71,25 @@ impl GraphTasks {
         self.tasks.get(index)
     }
 
+    /// Subtasks per slot-sharing group: group `i` holds subtask `i` of every vertex with more
+    /// than `i` subtasks (it runs on one worker).
+    pub fn groups(&self) -> Vec<u32> {
+        let mut groups = Vec::new();
+        for t in &self.tasks {
+            let g = t.subtask as usize;
+            if groups.len() <= g {
+                groups.resize(g + 1, 0);
+            }
+            groups[g] += 1;
+        }
+        groups
+    }
+
+    /// The slot-sharing group of the task at `index`.
+    pub fn group_of(&self, index: usize) -> Option<usize> {
+        self.tasks.get(index).map(|t| t.subtask as usize)
+    }
+
     /// The core's task set for deployment `attempt`.
     pub fn task_set(&self, attempt: u32) -> Result<TaskSet, String> {
         let descriptors = self

@@ -2,7 +2,7 @@
 //! leader's live view, cancel, and checkpoint configuration changes applied at once.
 
 use cairn_proto::admin as pb;
-use cairn_protocol::job::RestoreMode;
+use cairn_protocol::job::{PlacementStrategy, RestoreMode};
 use cairn_raft::model::{
     CheckpointConfig, Command, CommandError, JobId, JobRecord, JobSpec, JobStatus, Outcome,
 };
@@ -112,6 +112,15 @@ impl AdminService {
                 ))
             })?)
         };
+        let placement = match req.placement.trim() {
+            "" | "pack" => PlacementStrategy::Pack,
+            "spread" => PlacementStrategy::Spread,
+            other => {
+                return Err(NodeError::InvalidArgument(format!(
+                    "placement {other:?} is not a placement; use pack (the default) or spread"
+                )));
+            }
+        };
         let spec = JobSpec {
             graph,
             checkpoint: parse_checkpoint(&req.checkpoint_json)?,
@@ -119,6 +128,7 @@ impl AdminService {
             allow_non_restored_state: req.allow_non_restored_state,
             restore_mode,
             restart_strategy,
+            placement,
         };
         check_spec(&spec, "")?;
         if spec.restore_mode == RestoreMode::Claim

@@ -3,7 +3,8 @@
 //! printed, never asserted. Every run is bounded: a warm-up, then a fixed wall-clock window.
 //!
 //! 1. Records/s through the job (records into the sink tasks, from the task monitors) with an
-//!    unbounded, unthrottled source: without checkpoints, and with a checkpoint every 100 ms.
+//!    unbounded, unthrottled source: without checkpoints, and with a checkpoint every 100 ms; in
+//!    one worker, and spread over two workers' data exchanges (loopback TCP between them).
 //! 2. The synchronous-part pause per checkpoint and task (p50, p99, max), from the monitors'
 //!    microsecond sync-pause counters (cross-checked against `sync_ms` of the acknowledgements).
 //! 3. State bytes written per checkpoint (`bytes_persisted` of the acknowledgements, summed over
@@ -37,8 +38,9 @@ use cairn_taskrt::checkpoint::pool::SnapshotPool;
 use cairn_taskrt::demo::DemoJob;
 use cairn_taskrt::demo::source::SourceConfig;
 use cairn_taskrt::metrics::{TaskCounters, TaskMonitor};
+use cairn_taskrt::network::{ExchangeKey, ExchangeService, NetworkOptions};
 use cairn_taskrt::registry::OperatorRegistry;
-use cairn_taskrt::runtime::{JobDeployment, LocalJob, RuntimeOptions};
+use cairn_taskrt::runtime::{JobDeployment, LocalJob, Placement, RuntimeOptions};
 use cairn_taskrt::state::storage::CheckpointStorage;
 use cairn_taskrt::testkit::{Event, ScriptedCoordinator};
 use clap::Parser;
@@ -121,6 +123,9 @@ struct RunSpec {
     rate_per_sec: Option<u64>,
     /// Populate every key's state first (checkpoint, then restore the measured job from it).
     prefill: bool,
+    /// Subtask `i` of every vertex on worker `i % 2` of two data exchanges (loopback TCP between
+    /// them), instead of everything in one.
+    split: bool,
 }
 
 /// Counter values of every task at one instant.
@@ -281,24 +286,52 @@ async fn run(args: &Args, spec: RunSpec) -> anyhow::Result<RunResult> {
         parallelism: args.parallelism,
         max_parallelism: args.max_parallelism,
     };
+    let exchanges = if spec.split {
+        let local = "127.0.0.1:0".parse()?;
+        Some([
+            ExchangeService::bind(local, "bench-a", NetworkOptions::default()).await?,
+            ExchangeService::bind(local, "bench-b", NetworkOptions::default()).await?,
+        ])
+    } else {
+        None
+    };
     let deploy = |graph: &JobGraph, attempt: u32, restore: Option<StateAssignment>| {
-        LocalJob::deploy(
-            JobDeployment {
-                job_id: "bench".into(),
-                graph: graph.clone(),
-                attempt,
-                storage: storage.clone(),
-                restore,
-                options: RuntimeOptions {
-                    channel_capacity: args.channel_capacity,
-                    incremental: spec.incremental,
-                    ..RuntimeOptions::default()
-                },
+        let d = JobDeployment {
+            job_id: "bench".into(),
+            graph: graph.clone(),
+            attempt,
+            storage: storage.clone(),
+            restore,
+            options: RuntimeOptions {
+                channel_capacity: args.channel_capacity,
+                incremental: spec.incremental,
+                ..RuntimeOptions::default()
             },
-            &OperatorRegistry::with_builtins(),
-            SnapshotPool::new(args.snapshot_concurrency),
-        )
-        .context("deploying the demo job")
+        };
+        let registry = OperatorRegistry::with_builtins();
+        let pool = SnapshotPool::new(args.snapshot_concurrency);
+        let Some(workers) = &exchanges else {
+            return LocalJob::deploy(d, &registry, pool).context("deploying the demo job");
+        };
+        let placement = Placement {
+            subtasks: graph
+                .vertices
+                .iter()
+                .flat_map(|v| {
+                    (0..v.parallelism)
+                        .map(move |i| ((v.id.clone(), i), workers[(i % 2) as usize].worker_id().to_owned()))
+                })
+                .collect(),
+            addresses: workers.iter().map(|w| (w.worker_id().to_owned(), w.local_addr())).collect(),
+            key: ExchangeKey::generate(),
+        };
+        let mut job = LocalJob::deploy_placed(d.clone(), &registry, pool.clone(), &placement, &workers[0])
+            .context("deploying the demo job's first part")?;
+        job.absorb(
+            LocalJob::deploy_placed(d, &registry, pool, &placement, &workers[1])
+                .context("deploying the demo job's second part")?,
+        );
+        Ok(job)
     };
     let source = SourceConfig {
         keys: args.keys,
@@ -600,17 +633,26 @@ async fn bench(args: Args) -> anyhow::Result<()> {
         return Ok(());
     }
 
-    let unthrottled =
-        |checkpoints, incremental| RunSpec { checkpoints, incremental, rate_per_sec: None, prefill: false };
+    let unthrottled = |checkpoints, incremental| RunSpec {
+        checkpoints,
+        incremental,
+        rate_per_sec: None,
+        prefill: false,
+        split: false,
+    };
     let none = run(&args, unthrottled(false, false)).await?;
     let full = run(&args, unthrottled(true, false)).await?;
     let incremental = run(&args, unthrottled(true, true)).await?;
+    let split = |checkpoints| RunSpec { split: true, ..unthrottled(checkpoints, false) };
+    let split_none = run(&args, split(false)).await?;
+    let split_full = run(&args, split(true)).await?;
     let throttled = if args.throttled_rate > 0 {
         let spec = |incremental| RunSpec {
             checkpoints: true,
             incremental,
             rate_per_sec: Some(args.throttled_rate),
             prefill: true,
+            split: false,
         };
         Some((run(&args, spec(false)).await?, run(&args, spec(true)).await?))
     } else {
@@ -624,6 +666,12 @@ async fn bench(args: Args) -> anyhow::Result<()> {
     print_checkpoint_rate(&full);
     print_throughput("same, incremental mode", &incremental);
     print_checkpoint_rate(&incremental);
+    print_throughput("over 2 workers, no ckpts", &split_none);
+    print_throughput("over 2 workers, checkpoints", &split_full);
+    print_checkpoint_rate(&split_full);
+    println!(
+        "  (over 2 workers: subtask i of every vertex on worker i % 2, the hash exchange crossing their loopback TCP link)"
+    );
     println!(
         "  (without checkpoints the sink only buffers in memory; with them it fsyncs a pending file per checkpoint)"
     );

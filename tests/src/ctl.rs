@@ -8,7 +8,7 @@ use std::time::Duration;
 use cairn_protocol::checkpoint::layout::METADATA_FILE;
 use cairn_protocol::checkpoint::read_metadata_unverified;
 use cairn_taskrt::demo::source::SourceConfig;
-use cairn_taskrt::demo::verify::{Expectation, Violation, verify_output};
+use cairn_taskrt::demo::verify::Expectation;
 use cairn_taskrt::demo::{DemoJob, source_offsets};
 use serde_json::Value;
 
@@ -162,21 +162,7 @@ pub async fn exactly_once(
     timeout: Duration,
 ) -> anyhow::Result<()> {
     let expect = Expectation { keys: None, records_per_key: None, counts: Some(offsets.clone()) };
-    let last = std::cell::RefCell::new(String::new());
-    let done = wait::until("the committed output to match the final savepoint", timeout, || async {
-        let verdict = verify_output(output, &expect).ok()?;
-        let hard: Vec<String> = verdict
-            .violations
-            .iter()
-            .filter(|v| !matches!(v, Violation::WrongTotal { .. } | Violation::MissingKey { .. }))
-            .map(ToString::to_string)
-            .collect();
-        assert!(hard.is_empty(), "exactly-once violated: {hard:?}");
-        *last.borrow_mut() = verdict.to_string();
-        verdict.is_exactly_once().then_some(verdict)
-    })
-    .await;
-    let verdict = done.map_err(|e| anyhow::anyhow!("{e}; last verdict: {}", last.borrow()))?;
+    let verdict = crate::output::until_exactly_once(output, &expect, timeout).await?;
     anyhow::ensure!(verdict.records == offsets.values().sum::<u64>(), "{verdict}");
     Ok(())
 }

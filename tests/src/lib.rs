@@ -5,6 +5,7 @@
 //!   invariants, report).
 //! - [`ctl`]: the real `cairnctl` binary, run as an operator would.
 //! - [`http`]: a minimal HTTP/1.1 client for the web console's tests and benchmark.
+//! - [`output`]: waiting for the demo job's committed output to be exactly once.
 //! - [`wait`]: bounded polling for a condition (tests never sleep to assert).
 //! - [`inproc`]: several replicas in one process, each on its own port-0 listener and temp dir,
 //!   stoppable and restartable from their data directories.
@@ -21,6 +22,7 @@ pub mod ctl;
 pub mod etcd;
 pub mod http;
 pub mod inproc;
+pub mod output;
 pub mod procs;
 pub mod scripted;
 pub mod simfleet;

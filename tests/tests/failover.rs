@@ -8,7 +8,8 @@ use std::time::Duration;
 use cairn_client::LeaderClient;
 use cairn_taskrt::demo::DemoJob;
 use cairn_taskrt::demo::source::SourceConfig;
-use cairn_taskrt::demo::verify::{Expectation, verify_output};
+use cairn_taskrt::demo::verify::Expectation;
+use cairn_tests::output::until_exactly_once;
 use cairn_tests::procs::{ProcCluster, failover_args};
 use cairn_tests::{init_test_logging, wait};
 
@@ -84,33 +85,7 @@ async fn completions(client: &LeaderClient, from: u64, n: u64, last_id: &mut u64
 /// Waits until the committed output holds every record exactly once.
 async fn exactly_once(output: PathBuf) -> anyhow::Result<()> {
     let expect = Expectation { keys: Some(KEYS), records_per_key: Some(RECORDS_PER_KEY), counts: None };
-    let last = std::cell::RefCell::new(String::new());
-    let done = wait::until("the committed output to be complete", Duration::from_secs(120), || {
-        let output = output.clone();
-        let expect = expect.clone();
-        let last = &last;
-        async move {
-            let verdict = verify_output(&output, &expect).ok()?;
-            // Everything but incompleteness is a violation right away.
-            let hard: Vec<String> = verdict
-                .violations
-                .iter()
-                .filter(|v| {
-                    !matches!(
-                        v,
-                        cairn_taskrt::demo::verify::Violation::WrongTotal { .. }
-                            | cairn_taskrt::demo::verify::Violation::MissingKey { .. }
-                    )
-                })
-                .map(|v| v.to_string())
-                .collect();
-            assert!(hard.is_empty(), "exactly-once violated: {hard:?}");
-            *last.borrow_mut() = verdict.to_string();
-            verdict.is_exactly_once().then_some(())
-        }
-    })
-    .await;
-    done.map_err(|e| anyhow::anyhow!("{e}; last verdict: {}", last.borrow()))
+    until_exactly_once(&output, &expect, Duration::from_secs(120)).await.map(|_| ())
 }
 
 /// The demo job still runs its first attempt, and its output holds every record exactly once.

@@ -12,7 +12,8 @@ use cairn_proto::admin::ListWorkersRequest;
 use cairn_proto::admin::admin_client::AdminClient;
 use cairn_taskrt::demo::DemoJob;
 use cairn_taskrt::demo::source::SourceConfig;
-use cairn_taskrt::demo::verify::{Expectation, verify_output};
+use cairn_taskrt::demo::verify::Expectation;
+use cairn_tests::output::until_exactly_once;
 use cairn_tests::procs::{ProcCluster, failover_args};
 use cairn_tests::{init_test_logging, wait};
 
@@ -121,27 +122,7 @@ async fn a_job_spread_over_three_workers_survives_a_worker_kill_and_a_leader_kil
         assert_eq!(job.attempts, 2, "the leader change restarted the job");
 
         let expect = Expectation { keys: Some(KEYS), records_per_key: Some(RECORDS_PER_KEY), counts: None };
-        wait::until("the committed output to be complete", Duration::from_secs(120), || {
-            let verdict = verify_output(&output, &expect);
-            async move {
-                let verdict = verdict.ok()?;
-                let hard: Vec<String> = verdict
-                    .violations
-                    .iter()
-                    .filter(|v| {
-                        !matches!(
-                            v,
-                            cairn_taskrt::demo::verify::Violation::WrongTotal { .. }
-                                | cairn_taskrt::demo::verify::Violation::MissingKey { .. }
-                        )
-                    })
-                    .map(|v| v.to_string())
-                    .collect();
-                assert!(hard.is_empty(), "exactly-once violated: {hard:?}");
-                verdict.is_exactly_once().then_some(())
-            }
-        })
-        .await
+        until_exactly_once(&output, &expect, Duration::from_secs(120)).await.map(|_| ())
     }
     .await;
     if result.is_err() {

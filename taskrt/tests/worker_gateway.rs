@@ -364,7 +364,8 @@ async fn a_job_placed_over_two_workers_checkpoints_across_their_link_and_fails_w
     );
     let (sa, sb) = if sa.register.worker_id == "w-a" { (sa, sb) } else { (sb, sa) };
     let (mut sa, mut sb) = (sa, sb);
-    let key = cairn_taskrt::worker::deploy::encode_key(&cairn_taskrt::network::ExchangeKey::generate());
+    // A generated secret is 64 hex digits: the form of an exchange key.
+    let key = cairn_proto::auth::Secret::generate().expose().to_owned();
     let d = placed_deployment(dir.path(), 1, [("w-a", &addr(&sa)), ("w-b", &addr(&sb))], &key);
 
     // Each worker runs its share: source 0, count 0 and sink 0 on w-a; count 1 and sink 1 on w-b.

@@ -152,11 +152,6 @@ fn decode_key(hex: &str) -> Option<ExchangeKey> {
     Some(ExchangeKey::from_bytes(key))
 }
 
-/// An exchange key as the placement carries it.
-pub fn encode_key(key: &ExchangeKey) -> String {
-    key.as_bytes().iter().map(|b| format!("{b:02x}")).collect()
-}
-
 /// Bound on the subtasks a deployment may name (a graph this large is refused anyway; the bound
 /// keeps a hostile one from exhausting memory while the refusal is reported).
 pub const MAX_REPORTED_TASKS: usize = 65_536;

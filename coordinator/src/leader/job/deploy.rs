@@ -85,7 +85,8 @@ impl JobDriver {
                 })
                 .collect(),
             addresses: grants.iter().map(|g| (g.lease.worker_id.clone(), g.data_addr.clone())).collect(),
-            exchange_key: exchange_key(),
+            // 32 random bytes as 64 hex digits, the format of every generated secret.
+            exchange_key: cairn_proto::auth::Secret::generate().expose().to_owned(),
         });
         let deployment = Deployment {
             job_id: self.job.to_string(),
@@ -260,10 +261,4 @@ impl JobDriver {
         self.phase = Phase::Failed;
         self.set_status(JobStatus::Failed { reason: format!("{}: {message}", reason.description()) });
     }
-}
-
-/// A fresh exchange key for a deployment that spans workers: 32 random bytes, hex.
-fn exchange_key() -> String {
-    let bytes: [u8; 32] = rand::random();
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

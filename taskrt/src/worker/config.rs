@@ -211,15 +211,7 @@ impl WorkerConfig {
                 format!("{addr:?} is not a host:port address (e.g. 127.0.0.1:9101), or leave it unset"),
             ));
         }
-        let listen: std::net::SocketAddr = self.data_listen.parse().map_err(|_| {
-            invalid(
-                "data_listen",
-                format!(
-                    "{:?} is not an ip:port address (e.g. 0.0.0.0:7500, or 127.0.0.1:0)",
-                    self.data_listen
-                ),
-            )
-        })?;
+        let listen = self.data_listen_addr()?;
         match &self.data_advertise {
             Some(addr) if !is_host_port(addr) => {
                 return Err(invalid("data_advertise", format!("{addr:?} is not a host:port address")));
@@ -245,6 +237,19 @@ impl WorkerConfig {
         }
         self.client_tls()?;
         Ok(())
+    }
+
+    /// `data_listen` as a socket address.
+    pub fn data_listen_addr(&self) -> Result<std::net::SocketAddr, ConfigError> {
+        self.data_listen.parse().map_err(|_| {
+            invalid(
+                "data_listen",
+                format!(
+                    "{:?} is not an ip:port address (e.g. 0.0.0.0:7500, or 127.0.0.1:0)",
+                    self.data_listen
+                ),
+            )
+        })
     }
 
     /// The worker token to present: `token` (`CAIRN_WORKER_TOKEN`), else the one in

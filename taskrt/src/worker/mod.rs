@@ -220,10 +220,7 @@ impl Worker {
 
 impl Worker {
     fn exchange(config: &WorkerConfig, worker_id: &str) -> Result<ExchangeService, WorkerError> {
-        let listen = config.data_listen.parse().map_err(|_| ConfigError::Invalid {
-            key: "data_listen",
-            reason: format!("{:?} is not an ip:port address", config.data_listen),
-        })?;
+        let listen = config.data_listen_addr()?;
         ExchangeService::bind_now(listen, worker_id, NetworkOptions::default())
             .map_err(|e| WorkerError::DataExchange { listen: config.data_listen.clone(), source: e })
     }

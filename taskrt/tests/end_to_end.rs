@@ -9,7 +9,6 @@ use std::time::Duration;
 use cairn_protocol::messages::TaskStatus;
 use cairn_taskrt::checkpoint::pool::SnapshotPool;
 use cairn_taskrt::demo::DemoJob;
-use cairn_taskrt::demo::source::SourceConfig;
 use cairn_taskrt::demo::source_offsets;
 use cairn_taskrt::demo::verify::{Expectation, verify_output};
 use cairn_taskrt::registry::OperatorRegistry;
@@ -18,25 +17,6 @@ use cairn_taskrt::state::storage::CheckpointStorage;
 use cairn_taskrt::task::TaskOutcome;
 use cairn_taskrt::testkit::{Event, ScriptedCoordinator};
 use common::*;
-
-const KEYS: u64 = 16;
-const PER_KEY: u64 = 300;
-
-fn demo(output: &Path, source_p: u32, p: u32) -> DemoJob {
-    DemoJob {
-        source: SourceConfig {
-            keys: KEYS,
-            records_per_key: Some(PER_KEY),
-            rate_per_sec: Some(1500),
-            batch: 32,
-            idle_after_limit: false,
-        },
-        output_dir: output.to_string_lossy().into_owned(),
-        source_parallelism: source_p,
-        parallelism: p,
-        max_parallelism: 64,
-    }
-}
 
 fn deploy(
     job: &DemoJob,
@@ -102,7 +82,7 @@ async fn run_with_kills(incremental: bool) {
     let dir = tempfile::tempdir().unwrap();
     let output = dir.path().join("out");
     let storage = CheckpointStorage::new(dir.path().join("checkpoints"), "demo");
-    let first = demo(&output, 2, 2);
+    let first = bounded_demo(&output, 2, 2);
     let mut coordinator = ScriptedCoordinator::new("demo", storage.clone(), &first.graph());
     coordinator.interval = Duration::from_millis(100);
 
@@ -113,7 +93,7 @@ async fn run_with_kills(incremental: bool) {
     assert_partial_output_is_exactly_once(&output, &coordinator);
 
     // Run 2: restored, rescaled to 3, killed again.
-    let second = demo(&output, 2, 3);
+    let second = bounded_demo(&output, 2, 3);
     coordinator.set_graph(&second.graph());
     let restored_from = coordinator.latest_completed().map(|m| m.checkpoint_id);
     let mut job = deploy(&second, &storage, &coordinator, 1, incremental);
@@ -125,7 +105,7 @@ async fn run_with_kills(incremental: bool) {
     // Run 3: restored, rescaled to 1 (and the source to 1); the bounded source runs out, every
     // task waits for a checkpoint taken after its end of data, and finishes once it completed:
     // by then the sink committed everything.
-    let third = demo(&output, 1, 1);
+    let third = bounded_demo(&output, 1, 1);
     coordinator.set_graph(&third.graph());
     let mut job = deploy(&third, &storage, &coordinator, 2, incremental);
     let base = storage.job_dir().to_owned();
@@ -158,19 +138,19 @@ async fn run_with_kills(incremental: bool) {
     // Committed when the tasks finished, with no wait: the final checkpoint's notification
     // committed it.
     let offsets = source_offsets(meta, &base, "source").unwrap();
-    assert_eq!(offsets.len() as u64, KEYS);
-    assert!(offsets.values().all(|n| *n == PER_KEY), "the final checkpoint holds the end: {offsets:?}");
+    assert_eq!(offsets.len() as u64, DEMO_KEYS);
+    assert!(offsets.values().all(|n| *n == DEMO_PER_KEY), "the final checkpoint holds the end: {offsets:?}");
     let verdict = verify_output(
         &output,
-        &Expectation { keys: Some(KEYS), records_per_key: Some(PER_KEY), counts: Some(offsets) },
+        &Expectation { keys: Some(DEMO_KEYS), records_per_key: Some(DEMO_PER_KEY), counts: Some(offsets) },
     )
     .unwrap();
     assert!(verdict.is_exactly_once(), "{verdict}\n{}", describe_output(&output));
-    assert_eq!(verdict.records, KEYS * PER_KEY);
+    assert_eq!(verdict.records, DEMO_KEYS * DEMO_PER_KEY);
     // The keyed counts in the checkpoint agree with the source.
     let counts = keyed_counts(meta, &base, "count", "count");
-    assert_eq!(counts.len() as u64, KEYS);
-    assert!(counts.values().all(|c| *c == PER_KEY), "{counts:?}");
+    assert_eq!(counts.len() as u64, DEMO_KEYS);
+    assert!(counts.values().all(|c| *c == DEMO_PER_KEY), "{counts:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,11 +5,9 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::Path;
 
 use cairn_taskrt::checkpoint::pool::SnapshotPool;
 use cairn_taskrt::demo::DemoJob;
-use cairn_taskrt::demo::source::SourceConfig;
 use cairn_taskrt::demo::source_offsets;
 use cairn_taskrt::demo::verify::{Expectation, verify_output};
 use cairn_taskrt::lifecycle::TaskState;
@@ -20,25 +18,6 @@ use cairn_taskrt::state::storage::CheckpointStorage;
 use cairn_taskrt::task::TaskOutcome;
 use cairn_taskrt::testkit::ScriptedCoordinator;
 use common::*;
-
-const KEYS: u64 = 16;
-const PER_KEY: u64 = 300;
-
-fn demo(output: &Path) -> DemoJob {
-    DemoJob {
-        source: SourceConfig {
-            keys: KEYS,
-            records_per_key: Some(PER_KEY),
-            rate_per_sec: Some(1500),
-            batch: 32,
-            idle_after_limit: false,
-        },
-        output_dir: output.to_string_lossy().into_owned(),
-        source_parallelism: 2,
-        parallelism: 3,
-        max_parallelism: 64,
-    }
-}
 
 /// Subtask `i` of every vertex on worker `workers[(i + shift) % 2]` (one subtask of each vertex
 /// per slot, as slot sharing places them).
@@ -92,7 +71,7 @@ async fn a_job_spread_over_two_workers_checkpoints_restores_and_finishes_exactly
     let local = "127.0.0.1:0".parse().unwrap();
     let a = ExchangeService::bind(local, "worker-a", NetworkOptions::default()).await.unwrap();
     let b = ExchangeService::bind(local, "worker-b", NetworkOptions::default()).await.unwrap();
-    let job_shape = demo(&output);
+    let job_shape = bounded_demo(&output, 2, 3);
     let mut coordinator = ScriptedCoordinator::new("demo", storage.clone(), &job_shape.graph());
     coordinator.interval = std::time::Duration::from_millis(100);
 
@@ -121,14 +100,14 @@ async fn a_job_spread_over_two_workers_checkpoints_restores_and_finishes_exactly
     assert!(outcomes.iter().all(|(_, o)| *o == TaskOutcome::Finished), "{outcomes:?}");
     let meta = coordinator.latest_completed().unwrap();
     let offsets = source_offsets(meta, storage.job_dir(), "source").unwrap();
-    assert!(offsets.values().all(|n| *n == PER_KEY), "the final checkpoint holds the end: {offsets:?}");
+    assert!(offsets.values().all(|n| *n == DEMO_PER_KEY), "the final checkpoint holds the end: {offsets:?}");
     let verdict = verify_output(
         &output,
-        &Expectation { keys: Some(KEYS), records_per_key: Some(PER_KEY), counts: Some(offsets) },
+        &Expectation { keys: Some(DEMO_KEYS), records_per_key: Some(DEMO_PER_KEY), counts: Some(offsets) },
     )
     .unwrap();
     assert!(verdict.is_exactly_once(), "{verdict}");
-    assert_eq!(verdict.records, KEYS * PER_KEY);
+    assert_eq!(verdict.records, DEMO_KEYS * DEMO_PER_KEY);
 }
 
 #[tokio::test]
@@ -141,7 +120,7 @@ async fn a_placement_that_misses_a_subtask_or_an_address_is_refused() {
     let b = ExchangeService::bind("127.0.0.1:0".parse().unwrap(), "worker-b", NetworkOptions::default())
         .await
         .unwrap();
-    let job_shape = demo(&dir.path().join("out"));
+    let job_shape = bounded_demo(&dir.path().join("out"), 2, 3);
     let coordinator = ScriptedCoordinator::new("demo", storage.clone(), &job_shape.graph());
     let registry = OperatorRegistry::with_builtins();
 

@@ -27,6 +27,28 @@ use tokio::task::JoinHandle;
 
 pub const WAIT: Duration = Duration::from_secs(20);
 
+/// Keys and records per key of [`bounded_demo`]'s source.
+pub const DEMO_KEYS: u64 = 16;
+pub const DEMO_PER_KEY: u64 = 300;
+
+/// The demo job with a bounded source ([`DEMO_KEYS`] × [`DEMO_PER_KEY`] records at 1,500/s) at
+/// the given source and counter/sink parallelism.
+pub fn bounded_demo(output: &Path, source_p: u32, p: u32) -> cairn_taskrt::demo::DemoJob {
+    cairn_taskrt::demo::DemoJob {
+        source: cairn_taskrt::demo::source::SourceConfig {
+            keys: DEMO_KEYS,
+            records_per_key: Some(DEMO_PER_KEY),
+            rate_per_sec: Some(1500),
+            batch: 32,
+            idle_after_limit: false,
+        },
+        output_dir: output.to_string_lossy().into_owned(),
+        source_parallelism: source_p,
+        parallelism: p,
+        max_parallelism: 64,
+    }
+}
+
 pub fn init_tracing() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())

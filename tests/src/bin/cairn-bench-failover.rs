@@ -156,29 +156,10 @@ async fn spread_worker_kills(
     n: usize,
 ) -> anyhow::Result<Histogram<u64>> {
     let output = cluster.scratch("spread-out")?;
-    let graph = DemoJob {
-        source: SourceConfig {
-            keys: 16,
-            records_per_key: None,
-            rate_per_sec: Some(500),
-            batch: 16,
-            idle_after_limit: false,
-        },
-        output_dir: output.display().to_string(),
-        source_parallelism: 2,
-        parallelism: 4,
-        max_parallelism: 32,
-    }
-    .graph();
-    let spec = serde_json::json!({
-        "graph": graph,
-        "checkpoint": { "interval": "200ms", "timeout": "10s" },
-        "placement": "spread",
-    });
     for w in ["s1", "s2", "s3"] {
         cluster.launch_worker(w, 8)?;
     }
-    c.clone().register_job("spread", &spec.to_string()).await?;
+    c.clone().register_job("spread", &demo_spec(&output, 4, "spread")).await?;
     let mut h = Histogram::<u64>::new(3)?;
     for i in 0..n {
         let ((attempt, workers), _) =
@@ -204,6 +185,31 @@ async fn spread_worker_kills(
     Ok(h)
 }
 
+/// The demo job (2 sources, `parallelism` counters and sinks, 16 keys at 500 records/s) with
+/// 200 ms checkpoints, placed with `placement`.
+fn demo_spec(output: &std::path::Path, parallelism: u32, placement: &str) -> String {
+    let graph = DemoJob {
+        source: SourceConfig {
+            keys: 16,
+            records_per_key: None,
+            rate_per_sec: Some(500),
+            batch: 16,
+            idle_after_limit: false,
+        },
+        output_dir: output.display().to_string(),
+        source_parallelism: 2,
+        parallelism,
+        max_parallelism: 32,
+    }
+    .graph();
+    serde_json::json!({
+        "graph": graph,
+        "checkpoint": { "interval": "200ms", "timeout": "10s" },
+        "placement": placement,
+    })
+    .to_string()
+}
+
 fn line(name: &str, h: &Histogram<u64>) {
     println!(
         "{name:<44} p50={:>7.0}ms p99={:>7.0}ms max={:>7.0}ms (n={})",
@@ -222,22 +228,7 @@ async fn main() -> anyhow::Result<()> {
     let output = cluster.scratch("out")?;
     cluster.launch_worker("w1", 8)?;
     let mut c = cluster.client()?;
-    let graph = DemoJob {
-        source: SourceConfig {
-            keys: 16,
-            records_per_key: None,
-            rate_per_sec: Some(500),
-            batch: 16,
-            idle_after_limit: false,
-        },
-        output_dir: output.display().to_string(),
-        source_parallelism: 2,
-        parallelism: 2,
-        max_parallelism: 32,
-    }
-    .graph();
-    let spec = serde_json::json!({ "graph": graph, "checkpoint": { "interval": "200ms", "timeout": "10s" } });
-    c.register_job("demo", &spec.to_string()).await?;
+    c.register_job("demo", &demo_spec(&output, 2, "pack")).await?;
     until("the job to run", async || job_running(&mut c.clone(), 0, 1).await).await?;
     println!("cairn-bench-failover: 3 replicas, worker w1, demo job (6 tasks), 200ms checkpoints");
 

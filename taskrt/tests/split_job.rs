@@ -99,11 +99,14 @@ async fn a_job_spread_over_two_workers_checkpoints_restores_and_finishes_exactly
     let outcomes = job.join().await;
     assert!(outcomes.iter().all(|(_, o)| *o == TaskOutcome::Finished), "{outcomes:?}");
     let meta = coordinator.latest_completed().unwrap();
+    // The offsets the final checkpoint lists are at their end. It lists only the source
+    // subtasks still running when it was taken: one that finished after an earlier checkpoint is
+    // recorded empty (its keys are done), so the output is checked against every key instead.
     let offsets = source_offsets(meta, storage.job_dir(), "source").unwrap();
     assert!(offsets.values().all(|n| *n == DEMO_PER_KEY), "the final checkpoint holds the end: {offsets:?}");
     let verdict = verify_output(
         &output,
-        &Expectation { keys: Some(DEMO_KEYS), records_per_key: Some(DEMO_PER_KEY), counts: Some(offsets) },
+        &Expectation { keys: Some(DEMO_KEYS), records_per_key: Some(DEMO_PER_KEY), counts: None },
     )
     .unwrap();
     assert!(verdict.is_exactly_once(), "{verdict}");

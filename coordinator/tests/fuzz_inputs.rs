@@ -285,7 +285,7 @@ fn valid_ack() -> impl Strategy<Value = SubtaskState> {
                 keyed.key_groups.insert(kg, KeyGroupSegment { file, offset, length, crc32: crc32 ^ kg });
             }
             keyed.files = sizes.into_iter().map(|(path, size)| StateFile { path, size, crc32 }).collect();
-            OperatorSubtaskState { keyed, list_states: Vec::new() }
+            OperatorSubtaskState { keyed, list_states: Vec::new(), channel_state: None }
         });
     prop::collection::btree_map("[a-z]{1,6}", op, 0..3).prop_map(|operators| SubtaskState { operators })
 }
@@ -361,6 +361,7 @@ fn acknowledged_state_sizes_beyond_u64_saturate() {
             OperatorSubtaskState {
                 keyed: KeyedStateHandle::from_file_per_key_group([(0, file("a")), (1, file("b"))].into()),
                 list_states: Vec::new(),
+                channel_state: None,
             },
         )]
         .into(),

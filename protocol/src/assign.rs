@@ -15,6 +15,12 @@
 //!   back; otherwise the elements are pooled (old subtask order, then element order) and dealt
 //!   out, element `k` to subtask `k mod p`.
 //! - **Union list state** goes whole to every subtask.
+//! - **Channel state** (the in-flight records of an unaligned checkpoint) belongs to the first
+//!   operator of its vertex, and must still be first. With unchanged parallelism every subtask
+//!   replays its own records; with a changed one, only a vertex whose every input is
+//!   hash-partitioned can be restored: each new subtask replays the records of its own key
+//!   groups from all old files. Otherwise the assignment is refused, naming the vertex and the
+//!   way out (restore at the old parallelism, or rescale from a savepoint, which is aligned).
 //!
 //! So every key group and every round-robin element lands on exactly one subtask, and every
 //! union element on all of them, or the assignment is refused with a reason.
@@ -27,7 +33,7 @@ use serde::{Deserialize, Serialize};
 use crate::checkpoint::{
     CheckpointMetadata, KeyGroupRange, KeyedStateHandle, OperatorStateMode, OperatorSubtaskState, StateFile,
 };
-use crate::graph::{JobGraph, Vertex};
+use crate::graph::{JobGraph, Partitioning, Vertex};
 
 /// A byte range `[start, end)` of one list-state element in its file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -63,11 +69,30 @@ pub struct OperatorRestore {
     /// The segments of the subtask's key groups, and the files they lie in.
     pub keyed: KeyedStateHandle,
     pub list_states: Vec<AssignedListState>,
+    /// In-flight records to replay before new input (unaligned checkpoints).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub channel_state: Vec<ChannelStatePart>,
+}
+
+/// A channel-state file to replay, whole or only the records of some key groups.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChannelStatePart {
+    pub file: StateFile,
+    /// After rescaling: replay only records whose key falls in these key groups (of
+    /// `max_parallelism`).
+    pub only: Option<KeyGroupFilter>,
+}
+
+/// Key groups a rescaled subtask owns, to filter channel-state records by their key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyGroupFilter {
+    pub range: KeyGroupRange,
+    pub max_parallelism: u32,
 }
 
 impl OperatorRestore {
     pub fn is_empty(&self) -> bool {
-        self.keyed.is_empty() && self.list_states.is_empty()
+        self.keyed.is_empty() && self.list_states.is_empty() && self.channel_state.is_empty()
     }
 }
 
@@ -114,6 +139,10 @@ pub enum AssignError {
         "checkpoint {checkpoint_id} holds state of operator {operator} (vertex {vertex}) that maps to no operator of the new job graph; allow non-restored state to skip it"
     )]
     UnmappedState { checkpoint_id: u64, operator: String, vertex: String },
+    #[error(
+        "checkpoint {checkpoint_id} holds in-flight records (unaligned) of vertex {vertex}, which cannot be restored: {reason}; restore it with the job graph it was taken with, or rescale from a savepoint (savepoints are always aligned)"
+    )]
+    ChannelStateNotRestorable { checkpoint_id: u64, vertex: String, reason: String },
     #[error("checkpoint {checkpoint_id} has corrupt state: {detail}")]
     CorruptState { checkpoint_id: u64, detail: String },
     #[error("invalid restore target: {0}")]
@@ -181,13 +210,15 @@ pub fn assign_states(
             });
         }
         let lists = assign_list_states(old_op, new_vertex.parallelism, id)?;
+        let channels = ChannelStateSources::gather(op, old_op, new_vertex, graph, id)?;
         for (j, list_states) in (0..new_vertex.parallelism).zip(lists) {
             let Some(task) = subtasks.get_mut(&CheckpointMetadata::subtask_key(&new_vertex.id, j)) else {
                 continue;
             };
             let range = task.key_groups;
             let keyed = keyed.restricted_to(range);
-            let restore = OperatorRestore { keyed, list_states };
+            let channel_state = channels.for_subtask(j, range, new_vertex.max_parallelism);
+            let restore = OperatorRestore { keyed, list_states, channel_state };
             if !restore.is_empty() {
                 task.operators.insert(op.clone(), restore);
             }
@@ -295,6 +326,65 @@ fn pool_keyed(op: &str, old: &OldOperator<'_>, id: u64) -> Result<KeyedStateHand
     let pool = KeyedStateHandle { key_groups, files: files.into_values().cloned().collect() };
     pool.validate().map_err(|e| corrupt(format!("operator {op}: {e}")))?;
     Ok(pool)
+}
+
+/// The channel-state files of one operator, and whether they are replayed per subtask or
+/// filtered by key group.
+struct ChannelStateSources<'a> {
+    /// By old subtask index.
+    files: BTreeMap<u32, &'a StateFile>,
+    rescaled: bool,
+}
+
+impl<'a> ChannelStateSources<'a> {
+    fn gather(
+        op: &str,
+        old: &OldOperator<'a>,
+        new_vertex: &Vertex,
+        graph: &JobGraph,
+        id: u64,
+    ) -> Result<Self, AssignError> {
+        let files: BTreeMap<u32, &StateFile> = old
+            .subtasks
+            .iter()
+            .filter_map(|(i, s)| s.channel_state.as_ref().map(|c| (*i, &c.file)))
+            .collect();
+        let rescaled = old.parallelism != new_vertex.parallelism;
+        if files.is_empty() {
+            return Ok(Self { files, rescaled });
+        }
+        let refuse = |reason: String| AssignError::ChannelStateNotRestorable {
+            checkpoint_id: id,
+            vertex: new_vertex.id.clone(),
+            reason,
+        };
+        if new_vertex.operators().next().map(|(first, _)| first) != Some(op) {
+            return Err(refuse(format!("operator {op} is no longer the first operator of its vertex")));
+        }
+        if rescaled {
+            let mut inputs = graph.edges.iter().filter(|e| e.to == new_vertex.id);
+            if let Some(e) = inputs.find(|e| e.partitioning != Partitioning::Hash) {
+                return Err(refuse(format!(
+                    "its parallelism changes from {} to {} and its input from {} is {:?}-partitioned, so its in-flight records cannot be redistributed (only hash-partitioned inputs can)",
+                    old.parallelism, new_vertex.parallelism, e.from, e.partitioning
+                )));
+            }
+        }
+        Ok(Self { files, rescaled })
+    }
+
+    fn for_subtask(&self, subtask: u32, range: KeyGroupRange, max_parallelism: u32) -> Vec<ChannelStatePart> {
+        if !self.rescaled {
+            return self
+                .files
+                .get(&subtask)
+                .map(|f| ChannelStatePart { file: (*f).clone(), only: None })
+                .into_iter()
+                .collect();
+        }
+        let only = Some(KeyGroupFilter { range, max_parallelism });
+        self.files.values().map(|f| ChannelStatePart { file: (*f).clone(), only }).collect()
+    }
 }
 
 /// Element byte ranges of one list-state file; offsets must rise and stay inside the file.

@@ -33,6 +33,21 @@ pub struct CheckpointConfig {
     /// persisted before the setting existed keep their encoding.
     #[serde(skip_serializing_if = "ExternalizedRetention::is_default")]
     pub externalized_retention: ExternalizedRetention,
+    /// Unaligned checkpoints (Flink's `execution.checkpointing.unaligned.enabled`, FLIP-76):
+    /// barriers overtake the data buffered in the channels, and the records they overtook are
+    /// persisted with the checkpoint as channel state, so a checkpoint under backpressure does
+    /// not wait for the backlog to drain. Savepoints stay aligned. Not written when false.
+    #[serde(skip_serializing_if = "is_false")]
+    pub unaligned: bool,
+    /// With `unaligned`: checkpoints start aligned and switch to unaligned at a task once this
+    /// long has passed since the trigger without the task having aligned (Flink's
+    /// `aligned-checkpoint-timeout`). Zero (the default) starts every checkpoint unaligned.
+    #[serde(with = "humantime_serde", skip_serializing_if = "Duration::is_zero")]
+    pub aligned_checkpoint_timeout: Duration,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// What happens to a job's retained checkpoints when it reaches a terminal state. Savepoints are
@@ -82,6 +97,8 @@ impl Default for CheckpointConfig {
             savepoint_dir: None,
             storage_dir: None,
             externalized_retention: ExternalizedRetention::default(),
+            unaligned: false,
+            aligned_checkpoint_timeout: Duration::ZERO,
         }
     }
 }
@@ -135,7 +152,26 @@ impl CheckpointConfig {
                 crate::operators::check_absolute_path(d).map_err(|why| ConfigError::new(field, why))?;
             }
         }
+        if !self.unaligned && !self.aligned_checkpoint_timeout.is_zero() {
+            return Err(ConfigError::new(
+                "aligned_checkpoint_timeout",
+                "only applies to unaligned checkpoints: set `unaligned` to true, or remove it",
+            ));
+        }
+        if self.unaligned && self.max_concurrent != 1 {
+            return Err(ConfigError::new(
+                "max_concurrent",
+                "must be 1 with unaligned checkpoints (a task records the in-flight data of one checkpoint at a time)",
+            ));
+        }
         Ok(())
+    }
+
+    /// How the barriers of a periodic checkpoint cross the channels: `None` aligned, `Some(0)`
+    /// unaligned, `Some(t)` aligned until `t` milliseconds after the trigger, then unaligned.
+    /// (Savepoints are always aligned.)
+    pub fn unaligned_after_ms(&self) -> Option<u64> {
+        self.unaligned.then(|| u64::try_from(self.aligned_checkpoint_timeout.as_millis()).unwrap_or(u64::MAX))
     }
 
     /// The interval actually used for periodic triggers: an interval below `min_pause` is
@@ -185,6 +221,24 @@ mod tests {
         let json = serde_json::to_value(CheckpointConfig::default()).unwrap();
         assert_eq!(json["timeout"], "10m");
         assert_eq!(json["interval"], serde_json::Value::Null);
+    }
+
+    #[test]
+    fn unaligned_settings_are_checked_and_mapped_to_barrier_options() {
+        let c: CheckpointConfig = serde_json::from_str(r#"{"unaligned":true}"#).unwrap();
+        assert_eq!(c.unaligned_after_ms(), Some(0));
+        let c: CheckpointConfig =
+            serde_json::from_str(r#"{"unaligned":true,"aligned_checkpoint_timeout":"2s"}"#).unwrap();
+        assert_eq!(c.unaligned_after_ms(), Some(2000));
+        assert_eq!(CheckpointConfig::default().unaligned_after_ms(), None);
+
+        let stray: CheckpointConfig = serde_json::from_str(r#"{"aligned_checkpoint_timeout":"2s"}"#).unwrap();
+        assert_eq!(stray.validate().unwrap_err().field, "aligned_checkpoint_timeout");
+        let concurrent = CheckpointConfig { unaligned: true, max_concurrent: 2, ..Default::default() };
+        assert_eq!(concurrent.validate().unwrap_err().field, "max_concurrent");
+
+        let json = serde_json::to_value(CheckpointConfig::default()).unwrap();
+        assert!(json.get("unaligned").is_none() && json.get("aligned_checkpoint_timeout").is_none());
     }
 
     #[test]

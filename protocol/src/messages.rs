@@ -48,11 +48,32 @@ pub struct CheckpointOptions {
     /// checkpoint storage (`<root>/<job>/chk-<id>/`).
     #[serde(default)]
     pub target_location: Option<PathBuf>,
+    /// How the barrier crosses backpressured channels: `None` aligned; `Some(0)` unaligned
+    /// (it overtakes buffered records, which are persisted as channel state); `Some(t)` aligned
+    /// until `t` ms after the trigger, then unaligned at every task that has not aligned yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unaligned_after_ms: Option<u64>,
 }
 
 impl CheckpointOptions {
     pub fn checkpoint() -> Self {
-        Self { kind: CheckpointKind::Checkpoint, drain: false, target_location: None }
+        Self {
+            kind: CheckpointKind::Checkpoint,
+            drain: false,
+            target_location: None,
+            unaligned_after_ms: None,
+        }
+    }
+
+    /// Whether the barrier overtakes buffered data from the start.
+    pub fn is_unaligned(&self) -> bool {
+        self.unaligned_after_ms == Some(0)
+    }
+
+    /// The same options with unaligned barriers from now on (an aligned checkpoint whose
+    /// alignment timed out).
+    pub fn to_unaligned(&self) -> Self {
+        Self { unaligned_after_ms: Some(0), ..self.clone() }
     }
 }
 

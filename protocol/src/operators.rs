@@ -248,13 +248,22 @@ impl OperatorCatalog {
             name: builtin::TWO_PHASE_FILE_SINK,
             role: KindRole::Sink,
             doc: "writes records to a pending file per checkpoint, committed when the checkpoint completes",
-            fields: vec![ConfigField {
-                name: "output_dir",
-                ty: FieldType::AbsolutePath,
-                required: true,
-                default: None,
-                doc: "directory of the pending/ and committed/ files",
-            }],
+            fields: vec![
+                ConfigField {
+                    name: "output_dir",
+                    ty: FieldType::AbsolutePath,
+                    required: true,
+                    default: None,
+                    doc: "directory of the pending/ and committed/ files",
+                },
+                ConfigField {
+                    name: "max_records_per_sec",
+                    ty: FieldType::PositiveInteger,
+                    required: false,
+                    default: None,
+                    doc: "records per second per subtask, at most: a slow sink, to see backpressure (absent: no limit)",
+                },
+            ],
         });
         c
     }

@@ -161,6 +161,11 @@ impl OperatorChain {
         self.push_through(0, vec![record], out)
     }
 
+    /// The longest wait any operator asks for before the next record (see `Operator::throttle`).
+    pub fn throttle(&mut self) -> Option<std::time::Duration> {
+        self.members.iter_mut().filter_map(|m| m.operator.throttle()).max()
+    }
+
     pub fn process_watermark(&mut self, watermark: u64, out: &mut Vec<Record>) -> Result<(), OperatorError> {
         self.call_all(&mut |op, ctx| op.process_watermark(watermark, ctx), out)
     }

@@ -7,6 +7,13 @@
 //! [`Partitioning`]); the consuming task owns an [`InputGate`] that reads its channels fairly and
 //! skips the channels that alignment has parked.
 //!
+//! Next to its data channel, a channel may have a **priority lane** (a small bounded channel of
+//! [`PriorityBarrier`]s) that the consumer reads before any data: unaligned barriers travel on
+//! it and overtake the records buffered in the data channel (FLIP-76), and aligned barriers that
+//! may turn unaligned announce themselves on it. Each carries the number of records the producer
+//! had sent on the channel before it, which tells the consumer exactly which buffered records
+//! the barrier overtook. Without a lane, such barriers travel in the data channel, in order.
+//!
 //! A send that finds its channel full waits for room; the [`OutputGate`] counts that wait as the
 //! task's back-pressured time ([`TaskCounters`]). A send into a channel with room does not
 //! read the clock.
@@ -60,6 +67,24 @@ pub enum StreamElement {
     EndOfInput,
 }
 
+/// Capacity of a channel's priority lane. Unaligned checkpoints run one at a time, so a lane
+/// holds at most a barrier and an announcement in practice.
+pub const PRIORITY_CAPACITY: usize = 16;
+
+/// A barrier on a channel's priority lane: an unaligned barrier, or the announcement of an
+/// aligned one (which follows in the data channel) that may turn unaligned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PriorityBarrier {
+    pub barrier: Barrier,
+    /// Records the producer sent on this channel before the barrier.
+    pub records_before: u64,
+}
+
+/// A channel's priority lane, both ends.
+pub fn priority_lane() -> (mpsc::Sender<PriorityBarrier>, mpsc::Receiver<PriorityBarrier>) {
+    mpsc::channel(PRIORITY_CAPACITY)
+}
+
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ExchangeError {
     #[error("downstream subtask {subtask} of edge to {to:?} is gone")]
@@ -76,6 +101,10 @@ pub struct EdgeOutput {
     pub max_parallelism: u32,
     /// One sender per downstream subtask (indexed by subtask); a single one for forward edges.
     pub senders: Vec<mpsc::Sender<StreamElement>>,
+    /// Priority lane per downstream subtask, where there is one.
+    priority: Vec<Option<mpsc::Sender<PriorityBarrier>>>,
+    /// Records sent per downstream subtask.
+    sent: Vec<u64>,
     next_rebalance: usize,
 }
 
@@ -87,7 +116,46 @@ impl EdgeOutput {
         senders: Vec<mpsc::Sender<StreamElement>>,
         start: usize,
     ) -> Self {
-        Self { to, partitioning, max_parallelism, senders, next_rebalance: start }
+        let n = senders.len();
+        Self {
+            to,
+            partitioning,
+            max_parallelism,
+            senders,
+            priority: vec![None; n],
+            sent: vec![0; n],
+            next_rebalance: start,
+        }
+    }
+
+    /// Gives the channels priority lanes (one per downstream subtask, `None` for none).
+    pub fn with_priority(mut self, lanes: Vec<Option<mpsc::Sender<PriorityBarrier>>>) -> Self {
+        let n = self.senders.len();
+        self.priority = lanes;
+        self.priority.resize(n, None);
+        self
+    }
+
+    /// Sends a barrier to every downstream subtask: an unaligned one on the priority lane
+    /// (in the data channel where there is no lane); an aligned one in the data channel, and
+    /// announced on the lane if it may turn unaligned.
+    async fn barrier(&self, barrier: &Barrier, counters: Option<&TaskCounters>) -> Result<(), ExchangeError> {
+        let unaligned = barrier.options.is_unaligned();
+        let announce = barrier.options.unaligned_after_ms.is_some();
+        for target in 0..self.senders.len() {
+            let lane = self.priority.get(target).and_then(Option::as_ref);
+            if !(unaligned && lane.is_some()) {
+                self.send(target, StreamElement::Barrier(barrier.clone()), counters).await?;
+            }
+            if let Some(lane) = lane.filter(|_| announce) {
+                let records_before = self.sent.get(target).copied().unwrap_or(0);
+                let event = PriorityBarrier { barrier: barrier.clone(), records_before };
+                lane.send(event)
+                    .await
+                    .map_err(|_| ExchangeError::DownstreamGone { to: self.to.clone(), subtask: target })?;
+            }
+        }
+        Ok(())
     }
 
     /// Sends `element` to downstream subtask `target`. Only when its channel is full does the
@@ -117,19 +185,25 @@ impl EdgeOutput {
 
     async fn emit(&mut self, record: Record, counters: Option<&TaskCounters>) -> Result<(), ExchangeError> {
         let n = self.senders.len();
-        match self.partitioning {
-            Partitioning::Forward => self.send(0, StreamElement::Record(record), counters).await,
-            Partitioning::Hash => {
-                let target = subtask_for_key(record.key, self.max_parallelism, n as u32) as usize;
-                self.send(target, StreamElement::Record(record), counters).await
-            }
+        let target = match self.partitioning {
+            Partitioning::Forward => 0,
+            Partitioning::Hash => subtask_for_key(record.key, self.max_parallelism, n as u32) as usize,
             Partitioning::Rebalance => {
                 let target = self.next_rebalance % n.max(1);
                 self.next_rebalance = self.next_rebalance.wrapping_add(1);
-                self.send(target, StreamElement::Record(record), counters).await
+                target
             }
-            Partitioning::Broadcast => self.broadcast(StreamElement::Record(record), counters).await,
+            Partitioning::Broadcast => {
+                self.broadcast(StreamElement::Record(record), counters).await?;
+                self.sent.iter_mut().for_each(|c| *c += 1);
+                return Ok(());
+            }
+        };
+        self.send(target, StreamElement::Record(record), counters).await?;
+        if let Some(c) = self.sent.get_mut(target) {
+            *c += 1;
         }
+        Ok(())
     }
 
     async fn broadcast(
@@ -177,11 +251,15 @@ impl OutputGate {
         Ok(())
     }
 
-    /// Sends an event (barrier, watermark, cancel marker, end of input) to every channel.
+    /// Sends an event (barrier, watermark, cancel marker, end of input) to every channel. A
+    /// barrier takes the priority lanes as [`EdgeOutput`] describes.
     pub async fn broadcast(&mut self, element: StreamElement) -> Result<(), ExchangeError> {
         let counters = self.counters.as_deref();
         for edge in &self.edges {
-            edge.broadcast(element.clone(), counters).await?;
+            match &element {
+                StreamElement::Barrier(b) => edge.barrier(b, counters).await?,
+                other => edge.broadcast(other.clone(), counters).await?,
+            }
         }
         Ok(())
     }
@@ -191,6 +269,13 @@ impl OutputGate {
 #[derive(Debug)]
 pub struct InputGate {
     channels: Vec<mpsc::Receiver<StreamElement>>,
+    /// Priority lanes, read before any data (also of parked channels).
+    priority: Vec<Option<mpsc::Receiver<PriorityBarrier>>>,
+    /// Records delivered per channel.
+    records: Vec<u64>,
+    /// An element taken from a data channel whose priority lane turned out to hold a barrier
+    /// sent before it: delivered right after that barrier.
+    stash: Vec<Option<StreamElement>>,
     /// Parked (blocked by alignment) or finished channels are not polled.
     parked: Vec<bool>,
     finished: Vec<bool>,
@@ -204,6 +289,11 @@ pub enum InputEvent {
         channel: usize,
         element: StreamElement,
     },
+    /// A barrier from a channel's priority lane.
+    Priority {
+        channel: usize,
+        event: PriorityBarrier,
+    },
     /// A channel closed without `EndOfInput`: its producer died.
     Disconnected {
         channel: usize,
@@ -213,7 +303,28 @@ pub enum InputEvent {
 impl InputGate {
     pub fn new(channels: Vec<mpsc::Receiver<StreamElement>>) -> Self {
         let n = channels.len();
-        Self { channels, parked: vec![false; n], finished: vec![false; n], next: 0 }
+        Self {
+            channels,
+            priority: (0..n).map(|_| None).collect(),
+            records: vec![0; n],
+            stash: (0..n).map(|_| None).collect(),
+            parked: vec![false; n],
+            finished: vec![false; n],
+            next: 0,
+        }
+    }
+
+    /// Gives the channels priority lanes (by channel index, `None` for none).
+    pub fn with_priority(mut self, lanes: Vec<Option<mpsc::Receiver<PriorityBarrier>>>) -> Self {
+        let n = self.channels.len();
+        self.priority = lanes;
+        self.priority.resize_with(n, || None);
+        self
+    }
+
+    /// Records delivered so far on each channel.
+    pub fn records_delivered(&self) -> &[u64] {
+        &self.records
     }
 
     pub fn len(&self) -> usize {
@@ -245,11 +356,36 @@ impl InputGate {
         self.finished.iter().all(|f| *f)
     }
 
+    fn deliver(&mut self, channel: usize, element: StreamElement) -> InputEvent {
+        if matches!(element, StreamElement::Record(_))
+            && let Some(n) = self.records.get_mut(channel)
+        {
+            *n += 1;
+        }
+        InputEvent::Element { channel, element }
+    }
+
     /// Waits for the next element on any channel that is neither parked nor finished. Pends
     /// forever when there is none (the caller selects on other events meanwhile).
     pub async fn next(&mut self) -> InputEvent {
         poll_fn(|cx| {
             let n = self.channels.len();
+            for (channel, lane) in self.priority.iter_mut().enumerate() {
+                let Some(rx) = lane else { continue };
+                match rx.poll_recv(cx) {
+                    Poll::Ready(Some(event)) => return Poll::Ready(InputEvent::Priority { channel, event }),
+                    // The producer is gone; its data channel tells how (end of input or not).
+                    Poll::Ready(None) => *lane = None,
+                    Poll::Pending => {}
+                }
+            }
+            for i in 0..n {
+                if !self.parked[i]
+                    && let Some(element) = self.stash[i].take()
+                {
+                    return Poll::Ready(self.deliver(i, element));
+                }
+            }
             for step in 0..n {
                 let i = (self.next + step) % n;
                 if self.parked[i] || self.finished[i] {
@@ -258,7 +394,13 @@ impl InputGate {
                 match self.channels[i].poll_recv(cx) {
                     Poll::Ready(Some(element)) => {
                         self.next = (i + 1) % n;
-                        return Poll::Ready(InputEvent::Element { channel: i, element });
+                        // The producer puts a priority barrier on the lane before it sends
+                        // anything after it: if one is there now, it precedes this element.
+                        if let Some(Ok(event)) = self.priority[i].as_mut().map(|rx| rx.try_recv()) {
+                            self.stash[i] = Some(element);
+                            return Poll::Ready(InputEvent::Priority { channel: i, event });
+                        }
+                        return Poll::Ready(self.deliver(i, element));
                     }
                     Poll::Ready(None) => {
                         self.finished[i] = true;

@@ -130,6 +130,12 @@ pub trait Operator: Send {
     /// Sources only: stop emitting (stop-with-savepoint); the task then ends its input.
     fn stop_source(&mut self) {}
 
+    /// After a record: how long the operator needs before it takes the next one (a rate-limited
+    /// sink). The task waits that long before it reads more input; the wait is busy time.
+    fn throttle(&mut self) -> Option<std::time::Duration> {
+        None
+    }
+
     /// Called before the barrier is forwarded; records emitted here precede the barrier.
     fn prepare_snapshot_pre_barrier(
         &mut self,

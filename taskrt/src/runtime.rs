@@ -24,7 +24,7 @@ use tracing::Instrument;
 
 use crate::chain::{ChainMember, OperatorChain};
 use crate::checkpoint::pool::SnapshotPool;
-use crate::exchange::{EdgeOutput, InputGate, OutputGate, StreamElement};
+use crate::exchange::{EdgeOutput, InputGate, OutputGate, PriorityBarrier, StreamElement, priority_lane};
 use crate::link::CoordinatorLink;
 use crate::metrics::{TaskMonitor, task_observer};
 use crate::network::{ChannelId, ExchangeKey, ExchangeService, NetworkError, PeerLink, PeerSpec};
@@ -137,9 +137,12 @@ pub struct LocalJob {
     forwarders: Vec<JoinHandle<()>>,
 }
 
+/// A consumer's end of one channel: its data and its priority lane.
+type ChannelEnd = (mpsc::Receiver<StreamElement>, mpsc::Receiver<PriorityBarrier>);
+
 struct Wiring {
     outputs: BTreeMap<(String, u32), Vec<EdgeOutput>>,
-    inputs: BTreeMap<(String, u32), Vec<mpsc::Receiver<StreamElement>>>,
+    inputs: BTreeMap<(String, u32), Vec<ChannelEnd>>,
     /// Channels to and from other workers, by peer worker.
     remote: BTreeMap<String, RemoteChannels>,
 }
@@ -148,6 +151,8 @@ struct Wiring {
 struct RemoteChannels {
     outbound: Vec<(ChannelId, mpsc::Receiver<StreamElement>)>,
     inbound: Vec<(ChannelId, mpsc::Sender<StreamElement>)>,
+    outbound_priority: Vec<(ChannelId, mpsc::Receiver<PriorityBarrier>)>,
+    inbound_priority: Vec<(ChannelId, mpsc::Sender<PriorityBarrier>)>,
 }
 
 /// Which worker runs a subtask: `None` for this one.
@@ -164,38 +169,54 @@ fn wire(graph: &JobGraph, capacity: usize, locate: &Locate<'_>) -> Result<Wiring
                 _ => (0..to.parallelism).collect(),
             };
             let mut senders = Vec::with_capacity(targets.len());
+            let mut lanes = Vec::with_capacity(targets.len());
             for b in targets {
                 let consumer = locate(&to.id, b)?;
                 let id = ChannelId { edge: index as u32, from: a, to: b };
                 let (tx, rx) = mpsc::channel(capacity.max(1));
+                let (ptx, prx) = priority_lane();
                 match (producer, consumer) {
                     (None, None) => {
                         senders.push(tx);
-                        w.inputs.entry((to.id.clone(), b)).or_default().push(rx);
+                        lanes.push(Some(ptx));
+                        w.inputs.entry((to.id.clone(), b)).or_default().push((rx, prx));
                     }
                     (None, Some(peer)) => {
                         senders.push(tx);
-                        w.remote.entry(peer.to_owned()).or_default().outbound.push((id, rx));
+                        lanes.push(Some(ptx));
+                        let remote = w.remote.entry(peer.to_owned()).or_default();
+                        remote.outbound.push((id, rx));
+                        remote.outbound_priority.push((id, prx));
                     }
                     (Some(peer), None) => {
-                        w.inputs.entry((to.id.clone(), b)).or_default().push(rx);
-                        w.remote.entry(peer.to_owned()).or_default().inbound.push((id, tx));
+                        w.inputs.entry((to.id.clone(), b)).or_default().push((rx, prx));
+                        let remote = w.remote.entry(peer.to_owned()).or_default();
+                        remote.inbound.push((id, tx));
+                        remote.inbound_priority.push((id, ptx));
                     }
                     (Some(_), Some(_)) => {}
                 }
             }
             if producer.is_none() {
-                w.outputs.entry((from.id.clone(), a)).or_default().push(EdgeOutput::new(
-                    to.id.clone(),
-                    edge.partitioning,
-                    to.max_parallelism,
-                    senders,
-                    a as usize,
-                ));
+                w.outputs.entry((from.id.clone(), a)).or_default().push(
+                    EdgeOutput::new(
+                        to.id.clone(),
+                        edge.partitioning,
+                        to.max_parallelism,
+                        senders,
+                        a as usize,
+                    )
+                    .with_priority(lanes),
+                );
             }
         }
     }
     Ok(w)
+}
+
+fn input_gate(ends: Vec<ChannelEnd>) -> InputGate {
+    let (data, lanes): (Vec<_>, Vec<_>) = ends.into_iter().map(|(d, p)| (d, Some(p))).unzip();
+    InputGate::new(data).with_priority(lanes)
 }
 
 impl LocalJob {
@@ -253,6 +274,8 @@ impl LocalJob {
                     peer_addr: addr,
                     outbound: channels.outbound,
                     inbound: channels.inbound,
+                    outbound_priority: channels.outbound_priority,
+                    inbound_priority: channels.inbound_priority,
                 })?);
             }
         }
@@ -323,7 +346,7 @@ impl LocalJob {
                 let setup = TaskSetup {
                     id: id.clone(),
                     chain: OperatorChain::new(info, members, is_source),
-                    inputs: InputGate::new(wiring.inputs.remove(&key).unwrap_or_default()),
+                    inputs: input_gate(wiring.inputs.remove(&key).unwrap_or_default()),
                     outputs: OutputGate::new(wiring.outputs.remove(&key).unwrap_or_default()),
                     control: task_link.control,
                     reports: task_link.reports,

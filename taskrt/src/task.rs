@@ -26,6 +26,15 @@
 //! does (the coordinator triggers it when every source finished). A stop-with-savepoint is its
 //! own final checkpoint: a task that completed a synchronous savepoint finishes without
 //! waiting.
+//!
+//! Unaligned checkpoints (FLIP-76): the first barrier of an unaligned checkpoint (on a priority
+//! lane, overtaking the buffered records) triggers the checkpoint at once, without parking any
+//! channel, and the barrier goes downstream on the priority lanes. A [`ChannelRecorder`] then
+//! keeps the records still ahead of each channel's barrier; once every channel delivered them
+//! they are written as the checkpoint's channel state and the acknowledgement (which waits for
+//! both the asynchronous part and the channel state) carries them. An aligned checkpoint with
+//! an alignment timeout turns unaligned the same way when its deadline passes. On restore the
+//! channel state is replayed through the chain before any new input is read.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -35,7 +44,8 @@ use tokio::sync::mpsc;
 use tokio::time::sleep_until;
 
 use crate::chain::OperatorChain;
-use crate::checkpoint::alignment::{AlignmentAction, BarrierAligner};
+use crate::checkpoint::alignment::{AlignmentAction, BarrierAligner, ChannelMark};
+use crate::checkpoint::channel_state::{self, ChannelRecorder};
 use crate::checkpoint::pool::{AsyncOutcome, InFlightSnapshots, SnapshotPool};
 use crate::exchange::{Barrier, ExchangeError, InputEvent, InputGate, OutputGate, Record, StreamElement};
 use crate::lifecycle::{IllegalTransition, TaskState};
@@ -43,10 +53,10 @@ use crate::metrics::{AckedCheckpoint, TaskCounters, TaskObserver, Wait};
 use crate::operator::{OperatorError, SourcePoll};
 use crate::state::StateError;
 use crate::state::restore::load;
-use crate::state::snapshot::{SnapshotTarget, remove_files};
+use crate::state::snapshot::{SnapshotTarget, WrittenSnapshot, remove_files};
 use crate::state::storage::CheckpointStorage;
 use cairn_protocol::assign::TaskRestore;
-use cairn_protocol::checkpoint::CheckpointLayout;
+use cairn_protocol::checkpoint::{ChannelStateHandle, CheckpointLayout};
 use cairn_protocol::messages::{
     CheckpointOptions, CoordinatorMessage, DeclineReason, TaskAttemptId, TaskMessage, TermFence, ToTask,
 };
@@ -102,6 +112,17 @@ enum Wake {
     AsyncPart(AsyncOutcome),
     Input(InputEvent),
     SourceDue,
+    AlignmentTimeout,
+}
+
+/// The in-flight records of a checkpoint, for its acknowledgement.
+#[derive(Debug)]
+enum ChannelPart {
+    /// Aligned, or nothing was in flight.
+    None,
+    /// The recorder is still collecting them.
+    Recording,
+    Written(ChannelStateHandle),
 }
 
 /// Figures of a checkpoint between its synchronous part and its acknowledgement.
@@ -110,6 +131,9 @@ struct PendingAck {
     metrics: TaskCheckpointMetrics,
     /// The coordinator aborted it: drop the result instead of acknowledging.
     aborted: bool,
+    /// The asynchronous part's result, once it is in and the channel state is not.
+    written: Option<WrittenSnapshot>,
+    channels: ChannelPart,
 }
 
 struct Task {
@@ -126,6 +150,8 @@ struct Task {
     incremental: bool,
     observer: TaskObserver,
     aligner: BarrierAligner,
+    /// The unaligned checkpoint whose in-flight records are being recorded.
+    recorder: Option<ChannelRecorder>,
     fence: TermFence,
     pending: BTreeMap<u64, PendingAck>,
     /// Set while a synchronous savepoint waits for its completion: no input is processed.
@@ -176,6 +202,7 @@ impl Task {
             incremental: s.incremental,
             observer: s.observer,
             aligner: BarrierAligner::new(n),
+            recorder: None,
             fence: TermFence::default(),
             pending: BTreeMap::new(),
             sync_savepoint: None,
@@ -215,6 +242,7 @@ impl Task {
     async fn invoke(&mut self) -> Result<(), TaskError> {
         self.set_state(TaskState::Restoring).await?;
         let restored_from = self.restore.as_ref().map(|r| r.checkpoint_id);
+        let mut in_flight = Vec::new();
         if let Some(restore) = self.restore.take() {
             let info = self.chain.info();
             let own = KeyGroupRange::for_subtask(info.max_parallelism, info.parallelism, info.subtask);
@@ -233,17 +261,28 @@ impl Task {
             // never depends on, nor deletes, files it does not own.
             let own_files = restore.base_dir == self.storage.job_dir();
             let loading = tokio::task::spawn_blocking(move || load(&restore));
-            let loaded = self
+            let mut loaded = self
                 .while_not_running(loading)
                 .await?
                 .map_err(|e| TaskError::Restore(StateError::Worker(e.to_string())))?
                 .map_err(TaskError::Restore)?;
+            in_flight = std::mem::take(&mut loaded.in_flight);
             self.chain.install_restored(loaded, own_files)?;
         }
         self.chain.initialize_state(restored_from)?;
         self.drain_control_while_not_running().await?;
         self.chain.open()?;
         self.set_state(TaskState::Running).await?;
+        if !in_flight.is_empty() {
+            // The records an unaligned checkpoint caught in flight come first, as they did.
+            tracing::info!(task = %self.id, records = in_flight.len(), "replaying in-flight records");
+            for r in in_flight {
+                TaskCounters::add(&self.counters().records_in, 1);
+                let mut out = Vec::new();
+                self.chain.process_record(r, &mut out)?;
+                self.emit(out).await?;
+            }
+        }
 
         self.run_loop().await?;
 
@@ -383,6 +422,7 @@ impl Task {
         let is_source = self.chain.is_source();
         let input_open = self.sync_savepoint.is_none();
         let idle_until = self.source_idle_until;
+        let align_deadline = self.aligner.deadline().filter(|_| input_open);
         // A task that used up its cooperative budget yields here, untimed: otherwise its wakes
         // would find nothing ready (the budget says so, not the channels) and the time until it
         // runs again would count as idle.
@@ -397,6 +437,7 @@ impl Task {
                 outcome = in_flight.next(), if !in_flight.is_empty() => Wake::AsyncPart(outcome),
                 event = inputs.next(), if input_open && !is_source => Wake::Input(event),
                 _ = wait_until(idle_until), if input_open && is_source && poll_source => Wake::SourceDue,
+                _ = wait_until(align_deadline), if align_deadline.is_some() => Wake::AlignmentTimeout,
             }
         });
         match wake.await {
@@ -405,6 +446,10 @@ impl Task {
             Wake::AsyncPart(outcome) => self.on_async_outcome(outcome).await,
             Wake::Input(event) => self.on_input(event).await,
             Wake::SourceDue => self.poll_source().await,
+            Wake::AlignmentTimeout => {
+                let actions = self.aligner.on_timeout();
+                self.apply_alignment(actions).await
+            }
         }
     }
 
@@ -455,11 +500,19 @@ impl Task {
         }
         self.aligner.note_triggered(checkpoint_id);
         let barrier = Barrier { checkpoint_id, timestamp_ms, options };
-        self.perform_checkpoint(barrier, Duration::ZERO).await
+        // A task triggered like a source has no input left to record.
+        self.perform_checkpoint(barrier, Duration::ZERO, None).await
     }
 
     /// Prepare → forward the barrier → synchronous snapshot → start the asynchronous part.
-    async fn perform_checkpoint(&mut self, barrier: Barrier, alignment: Duration) -> Result<(), TaskError> {
+    /// `unaligned` names where each input channel stands relative to the barrier when the
+    /// checkpoint is taken unaligned: the records still ahead of the barriers are recorded.
+    async fn perform_checkpoint(
+        &mut self,
+        barrier: Barrier,
+        alignment: Duration,
+        unaligned: Option<Vec<ChannelMark>>,
+    ) -> Result<(), TaskError> {
         let id = barrier.checkpoint_id;
         if !matches!(self.state, TaskState::Running | TaskState::Finishing) || self.sync_savepoint.is_some() {
             self.decline(id, DeclineReason::TaskNotReady).await;
@@ -511,9 +564,119 @@ impl Task {
         if self.state == TaskState::Finishing && !kind.is_synchronous() {
             self.final_checkpoint.get_or_insert(id);
         }
-        self.pending.insert(id, PendingAck { metrics, aborted: false });
+        let channels = match unaligned {
+            Some(marks) => self.start_recording(id, &marks).await,
+            None => ChannelPart::None,
+        };
+        self.pending.insert(id, PendingAck { metrics, aborted: false, written: None, channels });
         self.in_flight.spawn(self.storage.clone(), target, plans);
         Ok(())
+    }
+
+    /// Starts recording the in-flight records of unaligned checkpoint `id`.
+    async fn start_recording(&mut self, id: u64, marks: &[ChannelMark]) -> ChannelPart {
+        if let Some(old) = self.recorder.take() {
+            // Only one unaligned checkpoint runs at a time: an older one still recording was
+            // aborted or expired by the coordinator, or is subsumed now.
+            let old_id = old.checkpoint_id();
+            if self.pending.remove(&old_id).is_some_and(|p| !p.aborted) {
+                self.in_flight.cancel(old_id);
+                self.decline(old_id, DeclineReason::Subsumed { newer: id }).await;
+            }
+        }
+        let delivered = self.inputs.records_delivered().to_vec();
+        let mut recorder = ChannelRecorder::new(id, &delivered, &self.data_ended);
+        for (c, mark) in marks.iter().enumerate() {
+            let now = delivered.get(c).copied().unwrap_or(0);
+            match mark {
+                ChannelMark::BarrierDelivered => recorder.set_boundary(c, now, now),
+                ChannelMark::Announced(before) => recorder.set_boundary(c, *before, now),
+                ChannelMark::Ended => recorder.channel_ended(c),
+                ChannelMark::Unknown => {}
+            }
+        }
+        if recorder.is_complete() {
+            return ChannelPart::None;
+        }
+        self.recorder = Some(recorder);
+        ChannelPart::Recording
+    }
+
+    /// Once the recorder has every channel's in-flight records: writes them and acknowledges
+    /// the checkpoint if its asynchronous part is in too.
+    async fn finish_recording_if_complete(&mut self) -> Result<(), TaskError> {
+        if !self.recorder.as_ref().is_some_and(ChannelRecorder::is_complete) {
+            return Ok(());
+        }
+        let Some(recorder) = self.recorder.take() else { return Ok(()) };
+        let id = recorder.checkpoint_id();
+        let Some(mut pending) = self.pending.remove(&id) else { return Ok(()) };
+        if pending.aborted {
+            return Ok(());
+        }
+        let records = recorder.into_records();
+        let channels = if records.is_empty() {
+            ChannelPart::None
+        } else {
+            let info = self.chain.info();
+            let head = self.chain.operator_ids().next().unwrap_or(info.vertex.as_str());
+            let rel = format!("{}/{head}-{}.channels", CheckpointLayout::chk_rel(id), info.subtask);
+            let (storage, base) = (self.storage.clone(), self.storage.job_dir().to_owned());
+            let written =
+                tokio::task::spawn_blocking(move || channel_state::write(&storage, &base, rel, &records))
+                    .await;
+            match written {
+                Ok(Ok(handle)) => ChannelPart::Written(handle),
+                Ok(Err(e)) => {
+                    tracing::warn!(task = %self.id, checkpoint_id = id, error = %e,
+                        "writing the in-flight records failed; declining the checkpoint");
+                    if let Some(w) = &pending.written {
+                        remove_files(&w.written);
+                    }
+                    self.in_flight.cancel(id);
+                    self.decline(id, DeclineReason::SnapshotFailed(format!("channel state: {e}"))).await;
+                    return Ok(());
+                }
+                Err(e) => return Err(TaskError::Restore(StateError::Worker(e.to_string()))),
+            }
+        };
+        pending.channels = channels;
+        if pending.written.is_some() {
+            self.acknowledge(id, pending).await;
+        } else {
+            self.pending.insert(id, pending);
+        }
+        Ok(())
+    }
+
+    /// Sends the acknowledgement of checkpoint `id`, whose asynchronous part and channel state
+    /// are both written.
+    async fn acknowledge(&mut self, id: u64, pending: PendingAck) {
+        let PendingAck { mut metrics, written: Some(mut written), channels, .. } = pending else { return };
+        if let ChannelPart::Written(handle) = channels {
+            metrics.channel_state_bytes = handle.file.size;
+            written.bytes_persisted = written.bytes_persisted.saturating_add(handle.file.size);
+            let head = self.chain.operator_ids().next().unwrap_or_default().to_owned();
+            written.state.operators.entry(head).or_default().channel_state = Some(handle);
+        }
+        metrics.bytes_persisted = written.bytes_persisted;
+        metrics.state_size = written.state.state_size();
+        self.chain.record_uploaded(id, written.uploaded);
+        let counters = self.counters();
+        TaskCounters::add(&counters.bytes_persisted, written.bytes_persisted);
+        TaskCounters::add(&counters.checkpoints_acknowledged, 1);
+        self.observer.last_ack.send_replace(Some(AckedCheckpoint { checkpoint_id: id, metrics }));
+        if let Some(series) = &self.observer.export {
+            series.acknowledged(id, &metrics);
+        }
+        tracing::debug!(task = %self.id, checkpoint_id = id, ?metrics, "acknowledging checkpoint");
+        self.report(TaskMessage::Acknowledge {
+            task: self.id.clone(),
+            checkpoint_id: id,
+            state: written.state,
+            metrics,
+        })
+        .await;
     }
 
     async fn advance_to_end_of_event_time(&mut self) -> Result<(), TaskError> {
@@ -528,32 +691,25 @@ impl Task {
     async fn on_async_outcome(&mut self, outcome: AsyncOutcome) -> Result<(), TaskError> {
         let id = outcome.checkpoint_id;
         let pending = self.pending.remove(&id);
+        if outcome.result.is_err() && self.recorder.as_ref().is_some_and(|r| r.checkpoint_id() == id) {
+            // The checkpoint is declined: its in-flight records are not needed.
+            self.recorder = None;
+        }
         match outcome.result {
             Ok(written) => {
-                let Some(PendingAck { mut metrics, aborted: false }) = pending else {
+                let Some(mut pending) = pending.filter(|p| !p.aborted) else {
                     tracing::debug!(task = %self.id, checkpoint_id = id, "dropping files of an aborted checkpoint");
                     remove_files(&written.written);
                     return Ok(());
                 };
-                metrics.async_ms = outcome.duration.as_millis() as u64;
-                metrics.bytes_persisted = written.bytes_persisted;
-                metrics.state_size = written.state.state_size();
-                self.chain.record_uploaded(id, written.uploaded);
-                let counters = self.counters();
-                TaskCounters::add(&counters.bytes_persisted, written.bytes_persisted);
-                TaskCounters::add(&counters.checkpoints_acknowledged, 1);
-                self.observer.last_ack.send_replace(Some(AckedCheckpoint { checkpoint_id: id, metrics }));
-                if let Some(series) = &self.observer.export {
-                    series.acknowledged(id, &metrics);
+                pending.metrics.async_ms = outcome.duration.as_millis() as u64;
+                pending.written = Some(written);
+                if matches!(pending.channels, ChannelPart::Recording) {
+                    // The acknowledgement waits for the in-flight records.
+                    self.pending.insert(id, pending);
+                } else {
+                    self.acknowledge(id, pending).await;
                 }
-                tracing::debug!(task = %self.id, checkpoint_id = id, ?metrics, "acknowledging checkpoint");
-                self.report(TaskMessage::Acknowledge {
-                    task: self.id.clone(),
-                    checkpoint_id: id,
-                    state: written.state,
-                    metrics,
-                })
-                .await;
                 Ok(())
             }
             Err(StateError::Cancelled { .. }) => {
@@ -612,7 +768,13 @@ impl Task {
     async fn on_notify_aborted(&mut self, checkpoint_id: u64) -> Result<(), TaskError> {
         if let Some(p) = self.pending.get_mut(&checkpoint_id) {
             p.aborted = true;
+            if let Some(w) = p.written.take() {
+                remove_files(&w.written);
+            }
             self.in_flight.cancel(checkpoint_id);
+        }
+        if self.recorder.as_ref().is_some_and(|r| r.checkpoint_id() == checkpoint_id) {
+            self.recorder = None;
         }
         if self.aligner.aligning() == Some(checkpoint_id) {
             let actions = self.aligner.on_cancel(checkpoint_id, DeclineReason::AbortedByCoordinator);
@@ -656,6 +818,11 @@ impl Task {
     async fn on_input(&mut self, event: InputEvent) -> Result<(), TaskError> {
         let (channel, element) = match event {
             InputEvent::Disconnected { channel } => return Err(TaskError::UpstreamDisconnected { channel }),
+            InputEvent::Priority { channel, event } => {
+                self.on_priority_barrier(channel, event.barrier, event.records_before).await?;
+                self.sync_parking();
+                return self.finish_recording_if_complete().await;
+            }
             InputEvent::Element { channel, element } => (channel, element),
         };
         match element {
@@ -664,16 +831,39 @@ impl Task {
             }
             StreamElement::Watermark(_) if self.input_ended => {}
             StreamElement::Record(r) => {
+                if let Some(rec) = &mut self.recorder {
+                    let index =
+                        self.inputs.records_delivered().get(channel).map_or(0, |n| n.saturating_sub(1));
+                    rec.on_record(channel, index, r);
+                }
                 TaskCounters::add(&self.counters().records_in, 1);
                 let mut out = Vec::new();
                 self.chain.process_record(r, &mut out)?;
                 self.emit(out).await?;
+                if let Some(pause) = self.chain.throttle() {
+                    tokio::time::sleep(pause).await;
+                }
             }
             StreamElement::Watermark(w) => {
                 if let Some(slot) = self.watermarks.get_mut(channel) {
                     *slot = (*slot).max(w);
                 }
                 self.advance_watermark().await?;
+            }
+            StreamElement::Barrier(b)
+                if self.recorder.as_ref().is_some_and(|r| r.checkpoint_id() == b.checkpoint_id) =>
+            {
+                // The barrier of the checkpoint being recorded: this channel's records before it
+                // have all been delivered.
+                let delivered = self.delivered(channel);
+                if let Some(rec) = &mut self.recorder {
+                    rec.set_boundary(channel, delivered, delivered);
+                }
+            }
+            StreamElement::Barrier(b) if b.options.is_unaligned() => {
+                // An unaligned barrier without a priority lane: it marks its position itself.
+                let delivered = self.delivered(channel);
+                self.on_priority_barrier(channel, b, delivered).await?;
             }
             StreamElement::Barrier(b) => {
                 let actions = self.aligner.on_barrier(channel, b);
@@ -683,8 +873,16 @@ impl Task {
                 let actions = self.aligner.on_cancel(id, DeclineReason::CanceledUpstream);
                 self.apply_alignment(actions).await?;
             }
-            StreamElement::EndOfData => self.on_end_of_data(channel).await?,
+            StreamElement::EndOfData => {
+                if let Some(rec) = &mut self.recorder {
+                    rec.channel_ended(channel);
+                }
+                self.on_end_of_data(channel).await?
+            }
             StreamElement::EndOfInput => {
+                if let Some(rec) = &mut self.recorder {
+                    rec.channel_ended(channel);
+                }
                 self.inputs.mark_finished(channel);
                 let actions = self.aligner.on_end_of_input(channel);
                 self.apply_alignment(actions).await?;
@@ -692,7 +890,47 @@ impl Task {
             }
         }
         self.sync_parking();
-        Ok(())
+        self.finish_recording_if_complete().await
+    }
+
+    fn delivered(&self, channel: usize) -> u64 {
+        self.inputs.records_delivered().get(channel).copied().unwrap_or(0)
+    }
+
+    /// A barrier that overtook `records_before` records of `channel` (an unaligned one), or the
+    /// announcement of an aligned one that may turn unaligned.
+    async fn on_priority_barrier(
+        &mut self,
+        channel: usize,
+        barrier: Barrier,
+        records_before: u64,
+    ) -> Result<(), TaskError> {
+        let id = barrier.checkpoint_id;
+        let delivered = self.delivered(channel);
+        if let Some(rec) = self.recorder.as_mut().filter(|r| r.checkpoint_id() == id) {
+            rec.set_boundary(channel, records_before, delivered);
+            return Ok(());
+        }
+        if !barrier.options.is_unaligned() {
+            let actions = self.aligner.on_announcement(channel, &barrier, records_before);
+            return self.apply_alignment(actions).await;
+        }
+        let Some(aborts) = self.aligner.begin_unaligned(id) else {
+            tracing::debug!(task = %self.id, checkpoint_id = id, channel, "dropping a stale unaligned barrier");
+            return Ok(());
+        };
+        let stale = aborts
+            .iter()
+            .any(|a| matches!(a, AlignmentAction::Abort { checkpoint_id, .. } if *checkpoint_id == id));
+        self.apply_alignment(aborts).await?;
+        if stale {
+            return Ok(());
+        }
+        let mut marks = vec![ChannelMark::Unknown; self.inputs.len()];
+        if let Some(m) = marks.get_mut(channel) {
+            *m = ChannelMark::Announced(records_before);
+        }
+        self.perform_checkpoint(barrier, Duration::ZERO, Some(marks)).await
     }
 
     /// A channel will deliver no more records (its barriers still count for alignment until
@@ -737,7 +975,11 @@ impl Task {
             match action {
                 AlignmentAction::Trigger { barrier, alignment } => {
                     self.sync_parking();
-                    self.perform_checkpoint(barrier, alignment).await?;
+                    self.perform_checkpoint(barrier, alignment, None).await?;
+                }
+                AlignmentAction::TriggerUnaligned { barrier, alignment, channels } => {
+                    self.sync_parking();
+                    self.perform_checkpoint(barrier, alignment, Some(channels)).await?;
                 }
                 AlignmentAction::Abort { checkpoint_id, reason } => {
                     self.decline(checkpoint_id, reason).await;

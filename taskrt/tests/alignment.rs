@@ -129,8 +129,12 @@ async fn sync_savepoint_blocks_input_until_notified_complete() {
     let dir = tempfile::tempdir().unwrap();
     let mut h = pass_through(dir.path(), 1);
     h.wait_running().await;
-    let options =
-        CheckpointOptions { kind: CheckpointKind::SyncSavepoint, drain: false, target_location: None };
+    let options = CheckpointOptions {
+        kind: CheckpointKind::SyncSavepoint,
+        drain: false,
+        target_location: None,
+        unaligned_after_ms: None,
+    };
     h.send(0, StreamElement::Barrier(Barrier { checkpoint_id: 9, timestamp_ms: 0, options })).await;
     assert!(matches!(h.next_output().await, StreamElement::Barrier(_)));
     assert!(matches!(h.next_checkpoint_report().await, TaskMessage::Acknowledge { checkpoint_id: 9, .. }));

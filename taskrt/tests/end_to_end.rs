@@ -109,11 +109,17 @@ async fn run_with_kills(incremental: bool) {
     coordinator.set_graph(&third.graph());
     let mut job = deploy(&third, &storage, &coordinator, 2, incremental);
     let base = storage.job_dir().to_owned();
-    let monitors: Vec<_> = job.tasks().iter().map(|t| t.monitor.clone()).collect();
+    let tasks = job.tasks().len();
     let from = coordinator.events.len();
+    // Until the coordinator has every task's finished status (a task's own state turns
+    // finished a moment before its report arrives).
     coordinator
-        .drive_until(&mut job, Duration::from_secs(60), |_| {
-            monitors.iter().all(|m| m.current_state() == cairn_taskrt::lifecycle::TaskState::Finished)
+        .drive_until(&mut job, Duration::from_secs(60), |c| {
+            let finished = c.events[from..]
+                .iter()
+                .filter(|e| matches!(e, Event::Status { status: TaskStatus::Finished, .. }))
+                .count();
+            finished == tasks
         })
         .await
         .unwrap();

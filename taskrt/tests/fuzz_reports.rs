@@ -305,6 +305,7 @@ fn write_restore(base: &std::path::Path, kg: u32, data: &KeyGroupData, elements:
             mode: OperatorStateMode::RoundRobin,
             parts: vec![ListStatePart { file: list, elements: ranges }],
         }],
+        channel_state: Vec::new(),
     };
     TaskRestore {
         checkpoint_id: 1,

@@ -108,7 +108,12 @@ async fn operator_calls_follow_the_reference_lifecycle_order() {
     let sp = coordinator
         .trigger(
             &job,
-            CheckpointOptions { kind: CheckpointKind::SyncSavepoint, drain: true, target_location: None },
+            CheckpointOptions {
+                kind: CheckpointKind::SyncSavepoint,
+                drain: true,
+                target_location: None,
+                unaligned_after_ms: None,
+            },
         )
         .await;
     let monitors: Vec<_> = job.tasks().iter().map(|t| t.monitor.clone()).collect();

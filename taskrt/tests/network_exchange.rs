@@ -74,6 +74,8 @@ fn open(
         peer_addr,
         outbound,
         inbound,
+        outbound_priority: vec![],
+        inbound_priority: vec![],
     })?;
     Ok(Side { producers, consumers, link })
 }

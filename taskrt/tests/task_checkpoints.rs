@@ -370,6 +370,7 @@ async fn savepoint_with_a_target_is_self_contained_in_its_directory() {
         kind: cairn_protocol::checkpoint::CheckpointKind::Savepoint,
         drain: false,
         target_location: Some(target.clone()),
+        unaligned_after_ms: None,
     };
     h.control(1, ToTask::TriggerCheckpoint { checkpoint_id: 4, timestamp_ms: 0, options }).await;
     match h.next_checkpoint_report().await {

@@ -111,6 +111,7 @@ impl Sim {
             savepoint_dir: Some("/sp".into()),
             storage_dir: None,
             externalized_retention: Default::default(),
+            ..Default::default()
         };
         let mut sim = Self {
             h: Harness::new(cfg),

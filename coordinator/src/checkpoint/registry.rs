@@ -210,7 +210,11 @@ mod tests {
             ]),
             files: vec![shared.clone(), later.clone()],
         };
-        let op = |keyed: KeyedStateHandle| OperatorSubtaskState { keyed, list_states: Vec::new() };
+        let op = |keyed: KeyedStateHandle| OperatorSubtaskState {
+            keyed,
+            list_states: Vec::new(),
+            channel_state: None,
+        };
         let (one, two) = (op(one), op(two));
         let mut r = SharedStateRegistry::new();
         r.register(1, one.files());

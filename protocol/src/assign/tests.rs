@@ -82,7 +82,11 @@ fn list(
     size: u64,
 ) -> SubtaskState {
     let l = OperatorListState { name: name.into(), mode, file: file(path, size), offsets };
-    let s = OperatorSubtaskState { keyed: KeyedStateHandle::default(), list_states: vec![l] };
+    let s = OperatorSubtaskState {
+        keyed: KeyedStateHandle::default(),
+        list_states: vec![l],
+        channel_state: None,
+    };
     SubtaskState { operators: BTreeMap::from([(op.to_string(), s)]) }
 }
 
@@ -279,4 +283,64 @@ fn a_shared_file_referenced_by_two_subtasks_is_pooled_once() {
     let m = meta(1, "v", 2, 2, vec![half(0), overlapping]);
     let err = assign_states(&m, base(), &target("v", 1, 2, &["op"]), false).unwrap_err();
     assert!(err.to_string().contains("key groups 0 and 1 overlap"), "{err}");
+}
+
+/// Subtask state holding only channel state of `op`.
+fn in_flight(op: &str, path: &str) -> SubtaskState {
+    let s = OperatorSubtaskState {
+        channel_state: Some(crate::checkpoint::ChannelStateHandle { file: file(path, 28), records: 1 }),
+        ..Default::default()
+    };
+    SubtaskState { operators: BTreeMap::from([(op.to_string(), s)]) }
+}
+
+/// `target` with an input edge of `partitioning` from vertex `up`.
+fn with_input(mut g: JobGraph, partitioning: Partitioning) -> JobGraph {
+    let mut up = g.vertices[0].clone();
+    up.id = "up".into();
+    up.name = "up".into();
+    up.chain.clear();
+    up.operator.kind = "src".into();
+    g.vertices.insert(0, up);
+    let to = g.vertices[1].id.clone();
+    g.edges.push(crate::graph::Edge { from: "up".into(), to, partitioning });
+    g
+}
+
+#[test]
+fn channel_state_goes_back_to_its_subtask_or_is_filtered_by_key_group_when_rescaled() {
+    let m =
+        meta(3, "v", 2, 8, vec![in_flight("v", "chk-3/v-0.channels"), in_flight("v", "chk-3/v-1.channels")]);
+    // Same parallelism: each subtask replays its own file, whole.
+    let a = assign_states(&m, base(), &with_input(target("v", 2, 8, &["v"]), Partitioning::Rebalance), false)
+        .unwrap();
+    let parts = |a: &StateAssignment, key: &str| a.subtasks[key].operators["v"].channel_state.clone();
+    assert_eq!(parts(&a, "v/1"), vec![ChannelStatePart { file: file("chk-3/v-1.channels", 28), only: None }]);
+
+    // Rescaled behind a hash edge: every new subtask reads all files, keeping its key groups.
+    let a =
+        assign_states(&m, base(), &with_input(target("v", 3, 8, &["v"]), Partitioning::Hash), false).unwrap();
+    let p = parts(&a, "v/2");
+    assert_eq!(p.len(), 2);
+    assert!(
+        p.iter().all(|p| p.only
+            == Some(KeyGroupFilter { range: KeyGroupRange { start: 6, end: 7 }, max_parallelism: 8 }))
+    );
+}
+
+#[test]
+fn channel_state_that_cannot_be_redistributed_is_refused_with_the_way_out() {
+    let m =
+        meta(3, "v", 2, 8, vec![in_flight("v", "chk-3/v-0.channels"), in_flight("v", "chk-3/v-1.channels")]);
+    let err =
+        assign_states(&m, base(), &with_input(target("v", 3, 8, &["v"]), Partitioning::Rebalance), false)
+            .unwrap_err();
+    let text = err.to_string();
+    assert!(matches!(err, AssignError::ChannelStateNotRestorable { checkpoint_id: 3, .. }), "{err:?}");
+    assert!(text.contains("from 2 to 3") && text.contains("savepoint"), "{text}");
+
+    // The operator is no longer first in its vertex: its in-flight records have nowhere to go.
+    let m = meta(3, "v", 1, 8, vec![in_flight("op", "chk-3/op-0.channels")]);
+    let err = assign_states(&m, base(), &target("v", 1, 8, &["op"]), false).unwrap_err();
+    assert!(err.to_string().contains("no longer the first operator"), "{err}");
 }

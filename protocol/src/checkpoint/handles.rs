@@ -95,6 +95,9 @@ pub struct TaskCheckpointMetrics {
     pub bytes_persisted: u64,
     /// Bytes of state referenced by this checkpoint.
     pub state_size: u64,
+    /// Bytes of in-flight records persisted (unaligned checkpoints; Flink's persisted data).
+    #[serde(default)]
+    pub channel_state_bytes: u64,
 }
 
 #[cfg(test)]

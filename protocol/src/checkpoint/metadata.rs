@@ -226,6 +226,7 @@ mod tests {
                 files: vec![StateFile { path: "chk-4/count-0.state".into(), size: 16, crc32: 9 }],
             },
             list_states: Vec::new(),
+            channel_state: None,
         };
         let mut st = SubtaskState::default();
         st.operators.insert("count".into(), op);

@@ -29,4 +29,4 @@ pub use metadata::{
     CheckpointMetadata, MetadataError, MetadataPointer, VertexInfo, read_metadata, read_metadata_unverified,
     write_metadata,
 };
-pub use subtask::{OperatorSubtaskState, SubtaskState};
+pub use subtask::{ChannelStateHandle, OperatorSubtaskState, SubtaskState};

@@ -68,8 +68,18 @@ pub fn kind() -> BoxedStrategy<CheckpointKind> {
 }
 
 pub fn to_task() -> BoxedStrategy<ToTask> {
-    let options = (kind(), any::<bool>(), proptest::option::of(text().prop_map(PathBuf::from)))
-        .prop_map(|(kind, drain, target_location)| CheckpointOptions { kind, drain, target_location });
+    let options = (
+        kind(),
+        any::<bool>(),
+        proptest::option::of(text().prop_map(PathBuf::from)),
+        proptest::option::of(small_u64()),
+    )
+        .prop_map(|(kind, drain, target_location, unaligned_after_ms)| CheckpointOptions {
+            kind,
+            drain,
+            target_location,
+            unaligned_after_ms,
+        });
     prop_oneof![
         (small_u64(), small_u64(), options).prop_map(|(checkpoint_id, timestamp_ms, options)| {
             ToTask::TriggerCheckpoint { checkpoint_id, timestamp_ms, options }
@@ -124,7 +134,7 @@ pub fn keyed_handle() -> BoxedStrategy<KeyedStateHandle> {
 
 pub fn operator_state() -> BoxedStrategy<OperatorSubtaskState> {
     (keyed_handle(), prop::collection::vec(list_state(), 0..3))
-        .prop_map(|(keyed, list_states)| OperatorSubtaskState { keyed, list_states })
+        .prop_map(|(keyed, list_states)| OperatorSubtaskState { keyed, list_states, channel_state: None })
         .boxed()
 }
 
@@ -135,14 +145,15 @@ pub fn subtask_state() -> BoxedStrategy<SubtaskState> {
 }
 
 pub fn metrics() -> BoxedStrategy<TaskCheckpointMetrics> {
-    prop::array::uniform6(small_u64())
-        .prop_map(|[a, b, c, d, e, f]| TaskCheckpointMetrics {
+    prop::array::uniform7(small_u64())
+        .prop_map(|[a, b, c, d, e, f, g]| TaskCheckpointMetrics {
             start_delay_ms: a,
             alignment_ms: b,
             sync_ms: c,
             async_ms: d,
             bytes_persisted: e,
             state_size: f,
+            channel_state_bytes: g,
         })
         .boxed()
 }
@@ -354,7 +365,7 @@ pub fn state_assignment() -> BoxedStrategy<StateAssignment> {
     let list = (name(), mode, prop::collection::vec(part, 0..3))
         .prop_map(|(name, mode, parts)| AssignedListState { name, mode, parts });
     let op = (keyed_handle(), prop::collection::vec(list, 0..2))
-        .prop_map(|(keyed, list_states)| OperatorRestore { keyed, list_states });
+        .prop_map(|(keyed, list_states)| OperatorRestore { keyed, list_states, channel_state: Vec::new() });
     let restore =
         (small_u64(), text(), any::<u32>(), any::<u32>(), prop::collection::btree_map(name(), op, 0..3))
             .prop_map(|(checkpoint_id, base, start, end, operators)| TaskRestore {
@@ -484,6 +495,8 @@ pub fn checkpoint_config() -> BoxedStrategy<CheckpointConfig> {
         proptest::option::of(text()),
         proptest::option::of(text()),
         retention,
+        any::<bool>(),
+        duration(),
     )
         .prop_map(
             |(
@@ -496,6 +509,8 @@ pub fn checkpoint_config() -> BoxedStrategy<CheckpointConfig> {
                 sp,
                 st,
                 retention,
+                unaligned,
+                aligned_checkpoint_timeout,
             )| {
                 CheckpointConfig {
                     interval,
@@ -507,6 +522,8 @@ pub fn checkpoint_config() -> BoxedStrategy<CheckpointConfig> {
                     savepoint_dir: sp,
                     storage_dir: st,
                     externalized_retention: retention,
+                    unaligned,
+                    aligned_checkpoint_timeout,
                 }
             },
         )

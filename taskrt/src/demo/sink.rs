@@ -32,6 +32,10 @@ pub const COMMITTED_DIR: &str = "committed";
 #[serde(deny_unknown_fields)]
 pub struct SinkConfig {
     pub output_dir: PathBuf,
+    /// Takes at most this many records per second (per subtask): a slow sink, to see
+    /// backpressure and unaligned checkpoints at work. Absent: as fast as it can.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_records_per_sec: Option<u64>,
 }
 
 impl SinkConfig {
@@ -39,6 +43,9 @@ impl SinkConfig {
         let cfg: Self = serde_json::from_value(config.clone()).map_err(|e| e.to_string())?;
         let dir = cfg.output_dir.to_str().ok_or("output_dir must be valid UTF-8")?;
         cairn_protocol::operators::check_absolute_path(dir).map_err(|e| format!("`output_dir` {e}"))?;
+        if cfg.max_records_per_sec == Some(0) {
+            return Err("`max_records_per_sec` must be positive (or absent for no limit)".into());
+        }
         Ok(cfg)
     }
 }
@@ -110,6 +117,31 @@ pub struct TwoPhaseFileSink {
     buffer: Vec<u8>,
     /// `(checkpoint id, stem of its pending file)` of pre-committed, not yet committed data.
     pending: BTreeSet<(u64, String)>,
+    limit: Option<RateLimit>,
+}
+
+/// Spaces records `1/rate` seconds apart on tokio's clock; a pause shorter than a millisecond
+/// is carried over rather than slept.
+struct RateLimit {
+    interval: std::time::Duration,
+    next: tokio::time::Instant,
+}
+
+impl RateLimit {
+    fn new(rate: u64) -> Self {
+        Self {
+            interval: std::time::Duration::from_nanos(1_000_000_000 / rate.max(1)),
+            next: tokio::time::Instant::now(),
+        }
+    }
+
+    fn after_record(&mut self) -> Option<std::time::Duration> {
+        let now = tokio::time::Instant::now();
+        // Idle time is not saved up for a burst.
+        self.next = self.next.max(now) + self.interval;
+        let wait = self.next - now;
+        (wait >= std::time::Duration::from_millis(1)).then_some(wait)
+    }
 }
 
 impl TwoPhaseFileSink {
@@ -121,6 +153,7 @@ impl TwoPhaseFileSink {
             nonce: format!("{:016x}", rand::random::<u64>()),
             buffer: Vec::new(),
             pending: BTreeSet::new(),
+            limit: config.max_records_per_sec.map(RateLimit::new),
         }
     }
 
@@ -237,6 +270,10 @@ impl Operator for TwoPhaseFileSink {
         // Writing into a Vec cannot fail.
         let _ = writeln!(self.buffer, "{},{},{}", record.key, record.value, record.seq);
         Ok(())
+    }
+
+    fn throttle(&mut self) -> Option<std::time::Duration> {
+        self.limit.as_mut().and_then(RateLimit::after_record)
     }
 
     fn snapshot_state(

@@ -389,6 +389,7 @@ mod tests {
                 async_ms: 250,
                 bytes_persisted: 1024,
                 state_size: 4096,
+                channel_state_bytes: 0,
             },
         );
         b.declined();

@@ -1,5 +1,12 @@
 //! One authenticated data connection: its writer, its reader, and a forwarder per channel that
 //! turns credit into sends (outbound) or returns credit as the consumer takes elements (inbound).
+//!
+//! A channel's priority lane crosses the same connection without credit: the outbound
+//! forwarder of a channel sends a priority barrier as soon as it is there, even while it waits
+//! for credit for a record, and never after a record the producer sent later (so the consumer's
+//! side sees the barrier before any record that followed it). The reader hands priority
+//! barriers to the consumer's lane at once; a peer that floods a lane the consumer does not
+//! drain ends the link.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -10,7 +17,7 @@ use tokio::task::JoinSet;
 
 use super::wire::{Frame, FrameWriter, MAX_FRAME, decode_frame};
 use super::{ChannelId, MAX_CREDIT, NetworkError};
-use crate::exchange::StreamElement;
+use crate::exchange::{PriorityBarrier, StreamElement};
 
 /// The channels a link carries and the credit each side grants.
 #[derive(Debug)]
@@ -20,6 +27,8 @@ pub(crate) struct LinkPlan {
     pub outbound: Vec<(ChannelId, mpsc::Receiver<StreamElement>)>,
     /// Channels produced on the peer and consumed here.
     pub inbound: Vec<(ChannelId, mpsc::Sender<StreamElement>)>,
+    pub outbound_priority: Vec<(ChannelId, mpsc::Receiver<PriorityBarrier>)>,
+    pub inbound_priority: Vec<(ChannelId, mpsc::Sender<PriorityBarrier>)>,
     /// Elements this side buffers per inbound channel.
     pub local_credit: u32,
     /// Elements the peer buffers per outbound channel.
@@ -41,11 +50,17 @@ where
     let mut tasks = JoinSet::new();
 
     let mut credits: HashMap<ChannelId, Arc<Semaphore>> = HashMap::with_capacity(plan.outbound.len());
+    let mut lanes: HashMap<ChannelId, mpsc::Receiver<PriorityBarrier>> =
+        plan.outbound_priority.into_iter().collect();
     for (ch, rx) in plan.outbound {
         let sem = Arc::new(Semaphore::new(plan.peer_credit as usize));
         credits.insert(ch, sem.clone());
-        tasks.spawn(forward_out(ch, rx, sem, wtx.clone()));
+        tasks.spawn(forward_out(ch, rx, lanes.remove(&ch), sem, wtx.clone()));
     }
+    let mut priority_inboxes = Lanes {
+        open: plan.inbound_priority.into_iter().collect(),
+        known: plan.inbound.iter().map(|(ch, _)| *ch).collect(),
+    };
     let mut inboxes: HashMap<ChannelId, mpsc::Sender<StreamElement>> =
         HashMap::with_capacity(plan.inbound.len());
     for (ch, local) in plan.inbound {
@@ -56,11 +71,12 @@ where
     drop(wtx);
 
     let writer = tokio::spawn(write_frames(wr, wrx));
-    let read = read_frames(rd, &credits, &mut inboxes, &plan.peer).await;
+    let read = read_frames(rd, &credits, &mut inboxes, &mut priority_inboxes, &plan.peer).await;
     // Whatever ended the reader, no more credit arrives: release producers waiting for it, and
     // close the inboxes still open so their consumers see the link gone.
     credits.values().for_each(|s| s.close());
     drop(inboxes);
+    drop(priority_inboxes);
     let written = match read {
         // The peer closed cleanly: let the writer finish what this side still sends.
         Ok(()) => writer.await.map_err(|e| NetworkError::Protocol(format!("writer task: {e}")))?,
@@ -74,15 +90,59 @@ where
     written
 }
 
-/// Sends a channel's elements while holding credit; `Closed` once its producers are gone.
+/// The priority lanes of the channels consumed here.
+struct Lanes {
+    open: HashMap<ChannelId, mpsc::Sender<PriorityBarrier>>,
+    /// Every inbound channel of the link (a lane may be closed, or absent).
+    known: std::collections::HashSet<ChannelId>,
+}
+
+/// Sends a channel's elements while holding credit, and its priority barriers at once;
+/// `Closed` once its producers are gone.
 async fn forward_out(
     ch: ChannelId,
     mut rx: mpsc::Receiver<StreamElement>,
+    mut lane: Option<mpsc::Receiver<PriorityBarrier>>,
     credit: Arc<Semaphore>,
     wtx: mpsc::Sender<Frame>,
 ) {
-    while let Some(element) = rx.recv().await {
-        match credit.acquire().await {
+    loop {
+        // Priority first: a barrier already on the lane was sent before any record still in
+        // `rx` that the producer sent after it.
+        let element = tokio::select! {
+            biased;
+            p = recv_lane(&mut lane), if lane.is_some() => {
+                match p {
+                    Some(p) => {
+                        if wtx.send(Frame::Priority(ch, p)).await.is_err() {
+                            return;
+                        }
+                    }
+                    None => lane = None,
+                }
+                continue;
+            }
+            e = rx.recv() => match e {
+                Some(e) => e,
+                None => break,
+            },
+        };
+        // Waiting for credit for this record must not hold back a barrier that overtakes it.
+        let permit = loop {
+            tokio::select! {
+                biased;
+                p = recv_lane(&mut lane), if lane.is_some() => match p {
+                    Some(p) => {
+                        if wtx.send(Frame::Priority(ch, p)).await.is_err() {
+                            return;
+                        }
+                    }
+                    None => lane = None,
+                },
+                permit = credit.acquire() => break permit,
+            }
+        };
+        match permit {
             Ok(permit) => permit.forget(),
             // The connection is gone: dropping `rx` fails the producer's next send.
             Err(_) => return,
@@ -92,6 +152,13 @@ async fn forward_out(
         }
     }
     let _ = wtx.send(Frame::Closed(ch)).await;
+}
+
+async fn recv_lane(lane: &mut Option<mpsc::Receiver<PriorityBarrier>>) -> Option<PriorityBarrier> {
+    match lane {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
 }
 
 /// Hands a channel's buffered elements to the consuming task and returns credit for them.
@@ -143,6 +210,7 @@ async fn read_frames<R: AsyncRead>(
     rd: R,
     credits: &HashMap<ChannelId, Arc<Semaphore>>,
     inboxes: &mut HashMap<ChannelId, mpsc::Sender<StreamElement>>,
+    lanes: &mut Lanes,
     peer: &str,
 ) -> Result<(), NetworkError> {
     let mut rd = std::pin::pin!(BufReader::with_capacity(64 * 1024, rd));
@@ -193,7 +261,28 @@ async fn read_frames<R: AsyncRead>(
                 }
                 sem.add_permits(n as usize);
             }
+            Frame::Priority(ch, p) => {
+                if !lanes.known.contains(&ch) {
+                    return Err(NetworkError::Protocol(format!(
+                        "priority barrier on {ch}, which is not a channel of this link"
+                    )));
+                }
+                if let Some(lane) = lanes.open.get(&ch) {
+                    match lane.try_send(p) {
+                        Ok(()) => {}
+                        Err(mpsc::error::TrySendError::Full(_)) => {
+                            return Err(NetworkError::Protocol(format!(
+                                "the peer sent more priority barriers on {ch} than the consumer takes"
+                            )));
+                        }
+                        Err(mpsc::error::TrySendError::Closed(_)) => {
+                            lanes.open.remove(&ch);
+                        }
+                    }
+                }
+            }
             Frame::Closed(ch) => {
+                lanes.open.remove(&ch);
                 if inboxes.remove(&ch).is_none() {
                     return Err(NetworkError::Protocol(format!(
                         "close of {ch}, which is not an open channel"

@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use super::handshake::{self, ExchangeKey, Hello, RefuseReason};
 use super::link::{self, LinkPlan};
 use super::{ChannelId, NetworkError, NetworkOptions, plan_digest};
-use crate::exchange::StreamElement;
+use crate::exchange::{PriorityBarrier, StreamElement};
 
 /// The channels one job attempt has between this worker and one peer worker.
 #[derive(Debug)]
@@ -28,6 +28,10 @@ pub struct PeerSpec {
     pub outbound: Vec<(ChannelId, mpsc::Receiver<StreamElement>)>,
     /// Channels consumed here: the senders into the consumers' bounded channels.
     pub inbound: Vec<(ChannelId, mpsc::Sender<StreamElement>)>,
+    /// Priority lanes of outbound channels (those that have one).
+    pub outbound_priority: Vec<(ChannelId, mpsc::Receiver<PriorityBarrier>)>,
+    /// Priority lanes of inbound channels (those that have one).
+    pub inbound_priority: Vec<(ChannelId, mpsc::Sender<PriorityBarrier>)>,
 }
 
 /// A running link of one job attempt with one peer. Dropping it tears the link down, closing
@@ -221,6 +225,8 @@ fn plan(spec: PeerSpec, local_credit: u32, peer_credit: u32, options: &NetworkOp
         peer: spec.peer_worker,
         outbound: spec.outbound,
         inbound: spec.inbound,
+        outbound_priority: spec.outbound_priority,
+        inbound_priority: spec.inbound_priority,
         local_credit,
         peer_credit,
         write_queue: options.write_queue,

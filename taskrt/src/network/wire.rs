@@ -10,6 +10,7 @@
 //! | `DATA` | channel, element | one stream element of a channel the sender produces |
 //! | `CREDIT` | channel, `u32 n` | the receiver freed `n` buffers of a channel it consumes |
 //! | `CLOSED` | channel | the producer of a channel is gone; nothing more follows on it |
+//! | `PRIORITY` | channel, `u64 records_before`, barrier element | a barrier on the channel's priority lane (not counted against credit) |
 //!
 //! A channel is `u32 edge | u32 from | u32 to` ([`ChannelId`]). Decoding never trusts a length:
 //! every read is bounds-checked and a malformed frame is a [`WireError`], never a panic.
@@ -21,7 +22,7 @@ use cairn_protocol::checkpoint::CheckpointKind;
 use cairn_protocol::messages::CheckpointOptions;
 
 use super::ChannelId;
-use crate::exchange::{Barrier, Record, StreamElement};
+use crate::exchange::{Barrier, PriorityBarrier, Record, StreamElement};
 
 /// Largest frame accepted, kind byte and body included.
 pub const MAX_FRAME: usize = 64 * 1024;
@@ -29,6 +30,7 @@ pub const MAX_FRAME: usize = 64 * 1024;
 pub(crate) const KIND_DATA: u8 = 1;
 pub(crate) const KIND_CREDIT: u8 = 2;
 pub(crate) const KIND_CLOSED: u8 = 3;
+pub(crate) const KIND_PRIORITY: u8 = 4;
 pub(crate) const KIND_HELLO: u8 = 16;
 pub(crate) const KIND_CHALLENGE: u8 = 17;
 pub(crate) const KIND_PROOF: u8 = 18;
@@ -59,6 +61,8 @@ pub enum WireError {
     UnknownElement(u8),
     #[error("unknown checkpoint kind {0}")]
     UnknownCheckpointKind(u8),
+    #[error("a priority frame carries a stream element that is not a barrier")]
+    PriorityNotBarrier,
     #[error("{0} is not UTF-8")]
     NotUtf8(&'static str),
     #[error("{what} is {len} bytes long; at most {max} are allowed")]
@@ -71,6 +75,7 @@ pub enum Frame {
     Data(ChannelId, StreamElement),
     Credit(ChannelId, u32),
     Closed(ChannelId),
+    Priority(ChannelId, PriorityBarrier),
 }
 
 /// Appends whole frames to a buffer (the writer flushes the buffer in one write).
@@ -137,6 +142,16 @@ impl FrameWriter {
                 put_channel(&mut self.buf, *ch);
                 self.finish(at)
             }
+            Frame::Priority(ch, p) => {
+                let at = self.begin(KIND_PRIORITY);
+                put_channel(&mut self.buf, *ch);
+                self.buf.extend_from_slice(&p.records_before.to_le_bytes());
+                if let Err(e) = put_element(&mut self.buf, &StreamElement::Barrier(p.barrier.clone())) {
+                    self.buf.truncate(at);
+                    return Err(e);
+                }
+                self.finish(at)
+            }
         }
     }
 
@@ -162,6 +177,14 @@ pub fn decode_frame(frame: &[u8]) -> Result<Frame, WireError> {
             Frame::Credit(ch, r.u32("credit")?)
         }
         KIND_CLOSED => Frame::Closed(r.channel()?),
+        KIND_PRIORITY => {
+            let ch = r.channel()?;
+            let records_before = r.u64("records before the barrier")?;
+            let StreamElement::Barrier(barrier) = r.element()? else {
+                return Err(WireError::PriorityNotBarrier);
+            };
+            Frame::Priority(ch, PriorityBarrier { barrier, records_before })
+        }
         other => return Err(WireError::UnknownKind(other)),
     };
     r.end()?;
@@ -213,6 +236,13 @@ fn put_element(buf: &mut Vec<u8>, element: &StreamElement) -> Result<(), WireErr
                 Some(path) => {
                     buf.push(1);
                     put_str(buf, "the barrier's target location", path.as_os_str().as_bytes(), MAX_PATH)?;
+                }
+            }
+            match b.options.unaligned_after_ms {
+                None => buf.push(0),
+                Some(t) => {
+                    buf.push(1);
+                    buf.extend_from_slice(&t.to_le_bytes());
                 }
             }
         }
@@ -316,10 +346,14 @@ impl<'a> Reader<'a> {
                         self.bytes("the barrier's target location", MAX_PATH)?.to_vec(),
                     ))),
                 };
+                let unaligned_after_ms = match self.u8("barrier unaligned flag")? {
+                    0 => None,
+                    _ => Some(self.u64("barrier alignment timeout")?),
+                };
                 StreamElement::Barrier(Barrier {
                     checkpoint_id,
                     timestamp_ms,
-                    options: CheckpointOptions { kind, drain, target_location },
+                    options: CheckpointOptions { kind, drain, target_location, unaligned_after_ms },
                 })
             }
             EL_CANCEL => StreamElement::CancelMarker(self.u64("cancel marker")?),
@@ -348,8 +382,37 @@ mod tests {
                         kind: CheckpointKind::SyncSavepoint,
                         drain: true,
                         target_location: Some(PathBuf::from("/tmp/sp-1")),
+                        unaligned_after_ms: None,
                     },
                 }),
+            ),
+            Frame::Priority(
+                ch,
+                PriorityBarrier {
+                    barrier: Barrier {
+                        checkpoint_id: 45,
+                        timestamp_ms: 9,
+                        options: CheckpointOptions {
+                            unaligned_after_ms: Some(0),
+                            ..CheckpointOptions::checkpoint()
+                        },
+                    },
+                    records_before: u64::MAX,
+                },
+            ),
+            Frame::Priority(
+                ch,
+                PriorityBarrier {
+                    barrier: Barrier {
+                        checkpoint_id: 46,
+                        timestamp_ms: 9,
+                        options: CheckpointOptions {
+                            unaligned_after_ms: Some(1500),
+                            ..CheckpointOptions::checkpoint()
+                        },
+                    },
+                    records_before: 3,
+                },
             ),
             Frame::Data(
                 ch,
@@ -419,6 +482,7 @@ mod tests {
                     kind: CheckpointKind::Savepoint,
                     drain: false,
                     target_location: Some(PathBuf::from("x".repeat(MAX_PATH + 1))),
+                    unaligned_after_ms: None,
                 },
             }),
         );

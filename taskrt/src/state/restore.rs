@@ -11,6 +11,8 @@ use cairn_protocol::checkpoint::{KeyGroupSegment, KeyedStateHandle, OperatorStat
 use super::StateError;
 use super::codec::{self, KeyGroupData};
 use super::storage::{read_segments, read_verified, resolve};
+use crate::checkpoint::channel_state;
+use crate::exchange::Record;
 use cairn_protocol::assign::TaskRestore;
 
 /// One restored key group.
@@ -35,6 +37,8 @@ pub struct LoadedOperator {
 pub struct LoadedRestore {
     pub checkpoint_id: u64,
     pub operators: BTreeMap<String, LoadedOperator>,
+    /// In-flight records of an unaligned checkpoint, replayed before new input.
+    pub in_flight: Vec<Record>,
 }
 
 pub fn load(restore: &TaskRestore) -> Result<LoadedRestore, StateError> {
@@ -48,8 +52,13 @@ pub fn load(restore: &TaskRestore) -> Result<LoadedRestore, StateError> {
         cache.insert(file.path.clone(), bytes.clone());
         Ok(bytes)
     };
-    let mut out = LoadedRestore { checkpoint_id: restore.checkpoint_id, operators: BTreeMap::new() };
+    let mut out = LoadedRestore {
+        checkpoint_id: restore.checkpoint_id,
+        operators: BTreeMap::new(),
+        in_flight: Vec::new(),
+    };
     for (op_id, op) in &restore.operators {
+        out.in_flight.extend(channel_state::read(base, &op.channel_state)?);
         let mut loaded = LoadedOperator { groups: load_keyed(restore, op_id, &op.keyed)?, lists: Vec::new() };
         for list in &op.list_states {
             let mut elements = Vec::with_capacity(list.element_count());

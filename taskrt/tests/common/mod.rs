@@ -13,7 +13,9 @@ use cairn_protocol::graph::Partitioning;
 use cairn_protocol::messages::{CoordinatorMessage, TaskAttemptId, TaskId, TaskMessage, ToTask};
 use cairn_taskrt::chain::{ChainMember, OperatorChain};
 use cairn_taskrt::checkpoint::pool::SnapshotPool;
-use cairn_taskrt::exchange::{EdgeOutput, InputGate, OutputGate, Record, StreamElement};
+use cairn_taskrt::exchange::{
+    EdgeOutput, InputGate, OutputGate, PriorityBarrier, Record, StreamElement, priority_lane,
+};
 use cairn_taskrt::exporter::TaskMetrics;
 use cairn_taskrt::metrics::{TaskMonitor, task_observer};
 use cairn_taskrt::operator::{Operator, OperatorContext, OperatorError, SourcePoll, TaskInfo};
@@ -202,7 +204,11 @@ impl HarnessOptions {
 /// One task whose channels the test holds.
 pub struct Harness {
     pub inputs: Vec<mpsc::Sender<StreamElement>>,
+    /// The priority lanes of the inputs.
+    pub lanes: Vec<mpsc::Sender<PriorityBarrier>>,
     pub output: mpsc::Receiver<StreamElement>,
+    /// The priority lane of the output.
+    pub output_lane: mpsc::Receiver<PriorityBarrier>,
     pub control: mpsc::Sender<CoordinatorMessage>,
     pub reports: mpsc::Receiver<TaskMessage>,
     pub monitor: TaskMonitor,
@@ -231,7 +237,9 @@ pub fn spawn_task(o: HarnessOptions) -> Harness {
         })
         .collect();
     let (in_txs, in_rxs): (Vec<_>, Vec<_>) = (0..o.inputs).map(|_| mpsc::channel(64)).unzip();
+    let (lanes, lane_rxs): (Vec<_>, Vec<_>) = (0..o.inputs).map(|_| priority_lane()).unzip();
     let (out_tx, output) = mpsc::channel(o.output_capacity);
+    let (out_lane, output_lane) = priority_lane();
     let (control, control_rx) = mpsc::channel(16);
     let (reports_tx, reports) = mpsc::channel(64);
     let (observer, monitor) = task_observer();
@@ -243,14 +251,11 @@ pub fn spawn_task(o: HarnessOptions) -> Harness {
     let setup = TaskSetup {
         id: id.clone(),
         chain: OperatorChain::new(info, members, o.is_source),
-        inputs: InputGate::new(in_rxs),
-        outputs: OutputGate::new(vec![EdgeOutput::new(
-            "down".into(),
-            Partitioning::Forward,
-            128,
-            vec![out_tx],
-            0,
-        )]),
+        inputs: InputGate::new(in_rxs).with_priority(lane_rxs.into_iter().map(Some).collect()),
+        outputs: OutputGate::new(vec![
+            EdgeOutput::new("down".into(), Partitioning::Forward, 128, vec![out_tx], 0)
+                .with_priority(vec![Some(out_lane)]),
+        ]),
         control: control_rx,
         reports: reports_tx,
         restore: o.restore,
@@ -259,7 +264,17 @@ pub fn spawn_task(o: HarnessOptions) -> Harness {
         incremental: o.incremental,
         observer,
     };
-    Harness { inputs: in_txs, output, control, reports, monitor, handle: tokio::spawn(run_task(setup)), id }
+    Harness {
+        inputs: in_txs,
+        lanes,
+        output,
+        output_lane,
+        control,
+        reports,
+        monitor,
+        handle: tokio::spawn(run_task(setup)),
+        id,
+    }
 }
 
 impl Harness {

@@ -285,7 +285,7 @@ mod files {
             key_groups: KeyGroupRange { start: 0, end: 15 },
             operators: BTreeMap::from([(
                 "op".to_owned(),
-                OperatorRestore { keyed, list_states: Vec::new() },
+                OperatorRestore { keyed, list_states: Vec::new(), channel_state: Vec::new() },
             )]),
         };
         let loaded = load(&restore).unwrap_or_else(|e| panic!("checkpoint {id} after the power loss: {e}"));
@@ -370,7 +370,7 @@ mod files {
         let fs = mount();
         let output = fs.path("out");
         let info = info();
-        let config = SinkConfig { output_dir: output.clone() };
+        let config = SinkConfig { output_dir: output.clone(), max_records_per_sec: None };
         let mut sink = TwoPhaseFileSink::new(config, &info);
         let mut keyed =
             KeyedStateBackend::new(8, cairn_protocol::checkpoint::KeyGroupRange { start: 0, end: 7 });

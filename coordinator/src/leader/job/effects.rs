@@ -214,10 +214,12 @@ impl JobDriver {
         match action {
             Action::AllocateCheckpointId { token } => self.allocate_id(token),
             Action::TriggerTasks { checkpoint_id, timestamp_ms, options, tasks } => {
+                let unaligned_after_ms =
+                    self.core.as_ref().and_then(|c| c.checkpoint_config().unaligned_after_ms());
                 let body = ToTask::TriggerCheckpoint {
                     checkpoint_id,
                     timestamp_ms,
-                    options: task_options(&options),
+                    options: task_options(&options, unaligned_after_ms),
                 };
                 if !self.to_tasks(&tasks, body) {
                     // The worker's stream broke (it is reconnecting, or lost): this checkpoint

@@ -576,9 +576,18 @@ impl JobDriver {
     }
 }
 
-fn task_options(o: &CheckpointOptions) -> TaskCheckpointOptions {
-    let target_location = (o.kind != CheckpointKind::Checkpoint).then(|| o.base_dir.clone());
-    TaskCheckpointOptions { kind: o.kind, drain: o.drain, target_location }
+/// The options a trigger carries to the tasks. Only periodic checkpoints may be unaligned:
+/// savepoints stay aligned (they must be restorable into any graph, so they hold no in-flight
+/// records).
+fn task_options(o: &CheckpointOptions, unaligned_after_ms: Option<u64>) -> TaskCheckpointOptions {
+    let checkpoint = o.kind == CheckpointKind::Checkpoint;
+    let target_location = (!checkpoint).then(|| o.base_dir.clone());
+    TaskCheckpointOptions {
+        kind: o.kind,
+        drain: o.drain,
+        target_location,
+        unaligned_after_ms: unaligned_after_ms.filter(|_| checkpoint),
+    }
 }
 
 fn decline_reason(r: &DeclineReason) -> (CheckpointFailureReason, Option<String>) {

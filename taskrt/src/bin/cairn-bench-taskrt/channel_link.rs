@@ -101,6 +101,8 @@ pub async fn over_loopback(p: Params) -> anyhow::Result<Figures> {
         peer_addr,
         outbound,
         inbound,
+        outbound_priority: vec![],
+        inbound_priority: vec![],
     };
     let _la = a.open(spec("bench-b", b.local_addr(), outbound, vec![]))?;
     let _lb = b.open(spec("bench-a", a.local_addr(), vec![], inbound))?;

@@ -268,6 +268,13 @@ pub struct CheckpointFlags {
     /// `delete_on_cancellation` (default: a failed job keeps them) or `no_externalized`.
     #[arg(long, value_parser = ["retain_on_cancellation", "delete_on_cancellation", "no_externalized"])]
     pub externalized_retention: Option<String>,
+    /// Unaligned checkpoints: `true` lets barriers overtake backpressured data (persisted with
+    /// the checkpoint as in-flight data), `false` keeps them aligned. Savepoints stay aligned.
+    #[arg(long, value_name = "true|false")]
+    pub unaligned: Option<bool>,
+    /// With --unaligned true: start aligned, turn unaligned after this long (e.g. 2s; 0: at once).
+    #[arg(long, value_parser = parse_duration)]
+    pub aligned_checkpoint_timeout: Option<Duration>,
 }
 
 /// A checkpoint interval, or periodic checkpoints off.

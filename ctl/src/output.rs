@@ -220,6 +220,14 @@ pub fn checkpoint_config(c: &CheckpointConfig) -> String {
         ("savepoint dir", or_dash(&c.savepoint_dir)),
         ("checkpoint dir", or_dash(&c.checkpoint_dir)),
         ("retention on termination", or_dash(&c.externalized_retention)),
+        (
+            "barriers",
+            match (c.unaligned, c.aligned_checkpoint_timeout_ms) {
+                (false, _) => "aligned".into(),
+                (true, 0) => "unaligned".into(),
+                (true, t) => format!("aligned, unaligned after {}", millis(t)),
+            },
+        ),
     ])
 }
 
@@ -419,6 +427,7 @@ pub fn checkpoint_details(d: &CheckpointDetails) -> String {
         ("duration", millis(s.duration_ms)),
         ("state size", bytes(s.state_size)),
         ("persisted", bytes(s.bytes_persisted)),
+        ("in-flight data", bytes(s.persisted_data)),
         ("path", or_dash(&s.external_path)),
         ("metadata", or_dash(&d.metadata_path)),
         ("retained", if d.retained { "yes".into() } else { "no".into() }),
@@ -443,6 +452,7 @@ pub fn checkpoint_details(d: &CheckpointDetails) -> String {
             "START DELAY",
             "SIZE",
             "PERSISTED",
+            "IN-FLIGHT",
         ]);
         for f in &d.subtasks {
             t.row(vec![
@@ -456,6 +466,7 @@ pub fn checkpoint_details(d: &CheckpointDetails) -> String {
                 millis(f.start_delay_ms),
                 bytes(f.state_size),
                 bytes(f.bytes_persisted),
+                bytes(f.persisted_data),
             ]);
         }
         let _ = write!(out, "\n{}", t.render());

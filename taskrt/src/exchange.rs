@@ -18,6 +18,7 @@
 //! task's back-pressured time ([`TaskCounters`]). A send into a channel with room does not
 //! read the clock.
 
+use std::collections::VecDeque;
 use std::future::poll_fn;
 use std::sync::Arc;
 use std::task::Poll;
@@ -30,6 +31,8 @@ use cairn_protocol::graph::Partitioning;
 use cairn_protocol::keygroups::subtask_for_key;
 use cairn_protocol::messages::CheckpointOptions;
 
+use crate::checkpoint::alignment::ChannelMark;
+use crate::checkpoint::channel_state::ChannelRecorder;
 use crate::metrics::{TaskCounters, Wait};
 
 /// A data record. Records are plain `u64` triples, which is all the demo pipeline and the
@@ -266,16 +269,31 @@ impl OutputGate {
 }
 
 /// The incoming channels of one subtask; reads them round-robin, skipping parked ones.
+///
+/// While an unaligned checkpoint records its in-flight records (see [`ChannelRecorder`]) the
+/// gate also *absorbs*: it moves what the recording channels hold into its own per-channel
+/// buffer as soon as it is there, recording the records that precede each channel's barrier, so
+/// the recording completes at the speed of the network, not of the task. The buffer is bounded:
+/// a channel is absorbed only up to its boundary, or by at most its capacity while the boundary
+/// is not known.
 #[derive(Debug)]
 pub struct InputGate {
     channels: Vec<mpsc::Receiver<StreamElement>>,
     /// Priority lanes, read before any data (also of parked channels).
     priority: Vec<Option<mpsc::Receiver<PriorityBarrier>>>,
-    /// Records delivered per channel.
-    records: Vec<u64>,
-    /// An element taken from a data channel whose priority lane turned out to hold a barrier
-    /// sent before it: delivered right after that barrier.
-    stash: Vec<Option<StreamElement>>,
+    /// Records delivered to the task per channel.
+    delivered: Vec<u64>,
+    /// Records taken from each channel (delivered, or in `buffer`).
+    received: Vec<u64>,
+    /// Elements taken from a channel and not yet delivered, in order.
+    buffer: Vec<VecDeque<StreamElement>>,
+    /// The channel closed (after whatever is still in `buffer`).
+    closed: Vec<bool>,
+    recording: Option<ChannelRecorder>,
+    /// Restored in-flight records, delivered before anything the channels hold.
+    recovered: VecDeque<Record>,
+    /// The recording completed during a poll and the task has not been told yet.
+    recording_done: bool,
     /// Parked (blocked by alignment) or finished channels are not polled.
     parked: Vec<bool>,
     finished: Vec<bool>,
@@ -294,6 +312,10 @@ pub enum InputEvent {
         channel: usize,
         event: PriorityBarrier,
     },
+    /// The in-flight records of the recording checkpoint are all in.
+    RecordingComplete,
+    /// A restored in-flight record.
+    Recovered(Record),
     /// A channel closed without `EndOfInput`: its producer died.
     Disconnected {
         channel: usize,
@@ -306,8 +328,13 @@ impl InputGate {
         Self {
             channels,
             priority: (0..n).map(|_| None).collect(),
-            records: vec![0; n],
-            stash: (0..n).map(|_| None).collect(),
+            delivered: vec![0; n],
+            received: vec![0; n],
+            buffer: (0..n).map(|_| VecDeque::new()).collect(),
+            closed: vec![false; n],
+            recording: None,
+            recovered: VecDeque::new(),
+            recording_done: false,
             parked: vec![false; n],
             finished: vec![false; n],
             next: 0,
@@ -322,9 +349,15 @@ impl InputGate {
         self
     }
 
+    /// Restored in-flight records (an unaligned checkpoint's channel state): delivered as
+    /// [`InputEvent::Recovered`] before any new input, barriers on the priority lanes aside.
+    pub fn set_recovered(&mut self, records: Vec<Record>) {
+        self.recovered = records.into();
+    }
+
     /// Records delivered so far on each channel.
     pub fn records_delivered(&self) -> &[u64] {
-        &self.records
+        &self.delivered
     }
 
     pub fn len(&self) -> usize {
@@ -356,9 +389,159 @@ impl InputGate {
         self.finished.iter().all(|f| *f)
     }
 
+    /// Starts recording the in-flight records of unaligned checkpoint `checkpoint_id`, taken
+    /// just now (every delivered record is in the snapshot). `marks` tell where each channel
+    /// stands relative to its barrier; `ended` channels deliver no more records. Returns
+    /// `false` when nothing is in flight (the recording is complete at once and dropped).
+    pub fn start_recording(&mut self, checkpoint_id: u64, marks: &[ChannelMark], ended: &[bool]) -> bool {
+        let n = self.channels.len();
+        let mut rec = ChannelRecorder::new(checkpoint_id, n);
+        rec.set_recovered(self.recovered.iter().copied().collect());
+        for c in 0..n {
+            // What was taken from the channel but not delivered follows the snapshot: kept up to
+            // the barrier if it is among it, else until the marks say where the barrier is.
+            let mut number = self.delivered[c];
+            for e in &self.buffer[c] {
+                match e {
+                    StreamElement::Record(r) => {
+                        rec.on_record(c, number, *r);
+                        number += 1;
+                    }
+                    StreamElement::Barrier(b) if b.checkpoint_id == checkpoint_id => {
+                        rec.set_boundary(c, number, number);
+                        break;
+                    }
+                    StreamElement::EndOfData | StreamElement::EndOfInput => {
+                        rec.channel_ended(c);
+                        break;
+                    }
+                    _ => {}
+                }
+            }
+            match marks.get(c).copied().unwrap_or(ChannelMark::Unknown) {
+                _ if ended.get(c).copied().unwrap_or(false) => rec.channel_ended(c),
+                // The barrier was delivered in-band: it sat right after the delivered records.
+                ChannelMark::BarrierDelivered => rec.set_boundary(c, self.delivered[c], self.received[c]),
+                ChannelMark::Announced(before) => rec.set_boundary(c, before, self.received[c]),
+                ChannelMark::Ended => rec.channel_ended(c),
+                ChannelMark::Unknown => {}
+            }
+        }
+        self.recording_done = false;
+        if rec.is_complete() && rec.is_empty() {
+            return false;
+        }
+        self.recording_done = rec.is_complete();
+        self.recording = Some(rec);
+        true
+    }
+
+    /// The checkpoint whose in-flight records are being recorded.
+    pub fn recording(&self) -> Option<u64> {
+        self.recording.as_ref().map(ChannelRecorder::checkpoint_id)
+    }
+
+    /// A priority lane told that `channel`'s barrier of the recording checkpoint follows
+    /// `records_before` records.
+    pub fn set_boundary(&mut self, channel: usize, records_before: u64) {
+        let received = self.received.get(channel).copied().unwrap_or(0);
+        if let Some(rec) = &mut self.recording {
+            rec.set_boundary(channel, records_before, received);
+            self.recording_done = rec.is_complete();
+        }
+    }
+
+    /// Drops the recording of `checkpoint_id`, if it is the one recording.
+    pub fn abandon_recording(&mut self, checkpoint_id: u64) {
+        if self.recording() == Some(checkpoint_id) {
+            self.recording = None;
+            self.recording_done = false;
+        }
+    }
+
+    /// The completed recording: its checkpoint and records.
+    pub fn take_completed_recording(&mut self) -> Option<(u64, Vec<Record>)> {
+        if !self.recording.as_ref().is_some_and(ChannelRecorder::is_complete) {
+            return None;
+        }
+        self.recording_done = false;
+        let rec = self.recording.take()?;
+        Some((rec.checkpoint_id(), rec.into_records()))
+    }
+
+    /// Accounts for an element taken from `channel`: numbers records, feeds the recorder.
+    fn received(&mut self, channel: usize, element: &StreamElement) {
+        let Some(rec) = self.recording.as_mut() else {
+            if matches!(element, StreamElement::Record(_)) {
+                self.received[channel] += 1;
+            }
+            return;
+        };
+        let was_complete = rec.is_complete();
+        let rec = Some(rec);
+        match element {
+            StreamElement::Record(r) => {
+                let n = self.received[channel];
+                self.received[channel] += 1;
+                if let Some(rec) = rec {
+                    rec.on_record(channel, n, *r);
+                }
+            }
+            StreamElement::Barrier(b) => {
+                if let Some(rec) = rec.filter(|rec| rec.checkpoint_id() == b.checkpoint_id) {
+                    let n = self.received[channel];
+                    rec.set_boundary(channel, n, n);
+                }
+            }
+            StreamElement::EndOfData | StreamElement::EndOfInput => {
+                if let Some(rec) = rec {
+                    rec.channel_ended(channel);
+                }
+            }
+            _ => {}
+        }
+        if !was_complete && self.recording.as_ref().is_some_and(ChannelRecorder::is_complete) {
+            self.recording_done = true;
+        }
+    }
+
+    /// Moves what the recording channels hold into the buffer (see the type's docs).
+    fn absorb(&mut self, cx: &mut std::task::Context<'_>) {
+        let Some(rec) = &self.recording else { return };
+        if rec.is_complete() {
+            return;
+        }
+        for c in 0..self.channels.len() {
+            while !self.closed[c] {
+                let Some(rec) = &self.recording else { return };
+                if !rec.is_recording(c) {
+                    break;
+                }
+                let room = match rec.boundary(c) {
+                    Some(_) => true,
+                    None => self.buffer[c].len() < self.channels[c].max_capacity(),
+                };
+                if !room {
+                    break;
+                }
+                match self.channels[c].poll_recv(cx) {
+                    Poll::Ready(Some(e)) => {
+                        self.received(c, &e);
+                        self.buffer[c].push_back(e);
+                    }
+                    Poll::Ready(None) => self.closed[c] = true,
+                    Poll::Pending => break,
+                }
+            }
+        }
+        if self.recording.as_ref().is_some_and(ChannelRecorder::is_complete) {
+            self.recording_done = true;
+        }
+    }
+
     fn deliver(&mut self, channel: usize, element: StreamElement) -> InputEvent {
         if matches!(element, StreamElement::Record(_))
-            && let Some(n) = self.records.get_mut(channel)
+            && let Some(n) = self.delivered.get_mut(channel)
         {
             *n += 1;
         }
@@ -379,26 +562,39 @@ impl InputGate {
                     Poll::Pending => {}
                 }
             }
-            for i in 0..n {
-                if !self.parked[i]
-                    && let Some(element) = self.stash[i].take()
-                {
-                    return Poll::Ready(self.deliver(i, element));
-                }
+            self.absorb(cx);
+            if std::mem::take(&mut self.recording_done) {
+                return Poll::Ready(InputEvent::RecordingComplete);
+            }
+            if let Some(r) = self.recovered.pop_front() {
+                return Poll::Ready(InputEvent::Recovered(r));
             }
             for step in 0..n {
                 let i = (self.next + step) % n;
                 if self.parked[i] || self.finished[i] {
                     continue;
                 }
+                if let Some(element) = self.buffer[i].pop_front() {
+                    self.next = (i + 1) % n;
+                    return Poll::Ready(self.deliver(i, element));
+                }
+                if self.closed[i] {
+                    self.finished[i] = true;
+                    return Poll::Ready(InputEvent::Disconnected { channel: i });
+                }
                 match self.channels[i].poll_recv(cx) {
                     Poll::Ready(Some(element)) => {
                         self.next = (i + 1) % n;
+                        self.received(i, &element);
                         // The producer puts a priority barrier on the lane before it sends
                         // anything after it: if one is there now, it precedes this element.
                         if let Some(Ok(event)) = self.priority[i].as_mut().map(|rx| rx.try_recv()) {
-                            self.stash[i] = Some(element);
+                            self.buffer[i].push_front(element);
                             return Poll::Ready(InputEvent::Priority { channel: i, event });
+                        }
+                        if std::mem::take(&mut self.recording_done) {
+                            self.buffer[i].push_front(element);
+                            return Poll::Ready(InputEvent::RecordingComplete);
                         }
                         return Poll::Ready(self.deliver(i, element));
                     }

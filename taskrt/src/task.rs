@@ -45,7 +45,7 @@ use tokio::time::sleep_until;
 
 use crate::chain::OperatorChain;
 use crate::checkpoint::alignment::{AlignmentAction, BarrierAligner, ChannelMark};
-use crate::checkpoint::channel_state::{self, ChannelRecorder};
+use crate::checkpoint::channel_state;
 use crate::checkpoint::pool::{AsyncOutcome, InFlightSnapshots, SnapshotPool};
 use crate::exchange::{Barrier, ExchangeError, InputEvent, InputGate, OutputGate, Record, StreamElement};
 use crate::lifecycle::{IllegalTransition, TaskState};
@@ -150,8 +150,6 @@ struct Task {
     incremental: bool,
     observer: TaskObserver,
     aligner: BarrierAligner,
-    /// The unaligned checkpoint whose in-flight records are being recorded.
-    recorder: Option<ChannelRecorder>,
     fence: TermFence,
     pending: BTreeMap<u64, PendingAck>,
     /// Set while a synchronous savepoint waits for its completion: no input is processed.
@@ -202,7 +200,6 @@ impl Task {
             incremental: s.incremental,
             observer: s.observer,
             aligner: BarrierAligner::new(n),
-            recorder: None,
             fence: TermFence::default(),
             pending: BTreeMap::new(),
             sync_savepoint: None,
@@ -274,14 +271,10 @@ impl Task {
         self.chain.open()?;
         self.set_state(TaskState::Running).await?;
         if !in_flight.is_empty() {
-            // The records an unaligned checkpoint caught in flight come first, as they did.
+            // The records an unaligned checkpoint caught in flight come first, as they did; the
+            // task takes part in checkpoints meanwhile (what is left of them is in flight still).
             tracing::info!(task = %self.id, records = in_flight.len(), "replaying in-flight records");
-            for r in in_flight {
-                TaskCounters::add(&self.counters().records_in, 1);
-                let mut out = Vec::new();
-                self.chain.process_record(r, &mut out)?;
-                self.emit(out).await?;
-            }
+            self.inputs.set_recovered(in_flight);
         }
 
         self.run_loop().await?;
@@ -575,46 +568,30 @@ impl Task {
 
     /// Starts recording the in-flight records of unaligned checkpoint `id`.
     async fn start_recording(&mut self, id: u64, marks: &[ChannelMark]) -> ChannelPart {
-        if let Some(old) = self.recorder.take() {
+        if let Some(old_id) = self.inputs.recording() {
             // Only one unaligned checkpoint runs at a time: an older one still recording was
             // aborted or expired by the coordinator, or is subsumed now.
-            let old_id = old.checkpoint_id();
+            self.inputs.abandon_recording(old_id);
             if self.pending.remove(&old_id).is_some_and(|p| !p.aborted) {
                 self.in_flight.cancel(old_id);
                 self.decline(old_id, DeclineReason::Subsumed { newer: id }).await;
             }
         }
-        let delivered = self.inputs.records_delivered().to_vec();
-        let mut recorder = ChannelRecorder::new(id, &delivered, &self.data_ended);
-        for (c, mark) in marks.iter().enumerate() {
-            let now = delivered.get(c).copied().unwrap_or(0);
-            match mark {
-                ChannelMark::BarrierDelivered => recorder.set_boundary(c, now, now),
-                ChannelMark::Announced(before) => recorder.set_boundary(c, *before, now),
-                ChannelMark::Ended => recorder.channel_ended(c),
-                ChannelMark::Unknown => {}
-            }
+        if self.inputs.start_recording(id, marks, &self.data_ended) {
+            ChannelPart::Recording
+        } else {
+            ChannelPart::None
         }
-        if recorder.is_complete() {
-            return ChannelPart::None;
-        }
-        self.recorder = Some(recorder);
-        ChannelPart::Recording
     }
 
-    /// Once the recorder has every channel's in-flight records: writes them and acknowledges
+    /// Once the input gate has every channel's in-flight records: writes them and acknowledges
     /// the checkpoint if its asynchronous part is in too.
     async fn finish_recording_if_complete(&mut self) -> Result<(), TaskError> {
-        if !self.recorder.as_ref().is_some_and(ChannelRecorder::is_complete) {
-            return Ok(());
-        }
-        let Some(recorder) = self.recorder.take() else { return Ok(()) };
-        let id = recorder.checkpoint_id();
+        let Some((id, records)) = self.inputs.take_completed_recording() else { return Ok(()) };
         let Some(mut pending) = self.pending.remove(&id) else { return Ok(()) };
         if pending.aborted {
             return Ok(());
         }
-        let records = recorder.into_records();
         let channels = if records.is_empty() {
             ChannelPart::None
         } else {
@@ -691,9 +668,9 @@ impl Task {
     async fn on_async_outcome(&mut self, outcome: AsyncOutcome) -> Result<(), TaskError> {
         let id = outcome.checkpoint_id;
         let pending = self.pending.remove(&id);
-        if outcome.result.is_err() && self.recorder.as_ref().is_some_and(|r| r.checkpoint_id() == id) {
+        if outcome.result.is_err() {
             // The checkpoint is declined: its in-flight records are not needed.
-            self.recorder = None;
+            self.inputs.abandon_recording(id);
         }
         match outcome.result {
             Ok(written) => {
@@ -773,9 +750,7 @@ impl Task {
             }
             self.in_flight.cancel(checkpoint_id);
         }
-        if self.recorder.as_ref().is_some_and(|r| r.checkpoint_id() == checkpoint_id) {
-            self.recorder = None;
-        }
+        self.inputs.abandon_recording(checkpoint_id);
         if self.aligner.aligning() == Some(checkpoint_id) {
             let actions = self.aligner.on_cancel(checkpoint_id, DeclineReason::AbortedByCoordinator);
             self.apply_alignment(actions).await?;
@@ -823,6 +798,11 @@ impl Task {
                 self.sync_parking();
                 return self.finish_recording_if_complete().await;
             }
+            InputEvent::RecordingComplete => return self.finish_recording_if_complete().await,
+            InputEvent::Recovered(r) => {
+                self.process(r).await?;
+                return self.finish_recording_if_complete().await;
+            }
             InputEvent::Element { channel, element } => (channel, element),
         };
         match element {
@@ -830,35 +810,16 @@ impl Task {
                 return Err(TaskError::RecordAfterEndOfData { channel });
             }
             StreamElement::Watermark(_) if self.input_ended => {}
-            StreamElement::Record(r) => {
-                if let Some(rec) = &mut self.recorder {
-                    let index =
-                        self.inputs.records_delivered().get(channel).map_or(0, |n| n.saturating_sub(1));
-                    rec.on_record(channel, index, r);
-                }
-                TaskCounters::add(&self.counters().records_in, 1);
-                let mut out = Vec::new();
-                self.chain.process_record(r, &mut out)?;
-                self.emit(out).await?;
-                if let Some(pause) = self.chain.throttle() {
-                    tokio::time::sleep(pause).await;
-                }
-            }
+            StreamElement::Record(r) => self.process(r).await?,
             StreamElement::Watermark(w) => {
                 if let Some(slot) = self.watermarks.get_mut(channel) {
                     *slot = (*slot).max(w);
                 }
                 self.advance_watermark().await?;
             }
-            StreamElement::Barrier(b)
-                if self.recorder.as_ref().is_some_and(|r| r.checkpoint_id() == b.checkpoint_id) =>
-            {
-                // The barrier of the checkpoint being recorded: this channel's records before it
-                // have all been delivered.
-                let delivered = self.delivered(channel);
-                if let Some(rec) = &mut self.recorder {
-                    rec.set_boundary(channel, delivered, delivered);
-                }
+            StreamElement::Barrier(b) if self.inputs.recording() == Some(b.checkpoint_id) => {
+                // The barrier of the checkpoint being recorded: the input gate noted its place
+                // when it took it from the channel.
             }
             StreamElement::Barrier(b) if b.options.is_unaligned() => {
                 // An unaligned barrier without a priority lane: it marks its position itself.
@@ -873,16 +834,8 @@ impl Task {
                 let actions = self.aligner.on_cancel(id, DeclineReason::CanceledUpstream);
                 self.apply_alignment(actions).await?;
             }
-            StreamElement::EndOfData => {
-                if let Some(rec) = &mut self.recorder {
-                    rec.channel_ended(channel);
-                }
-                self.on_end_of_data(channel).await?
-            }
+            StreamElement::EndOfData => self.on_end_of_data(channel).await?,
             StreamElement::EndOfInput => {
-                if let Some(rec) = &mut self.recorder {
-                    rec.channel_ended(channel);
-                }
                 self.inputs.mark_finished(channel);
                 let actions = self.aligner.on_end_of_input(channel);
                 self.apply_alignment(actions).await?;
@@ -891,6 +844,17 @@ impl Task {
         }
         self.sync_parking();
         self.finish_recording_if_complete().await
+    }
+
+    async fn process(&mut self, r: Record) -> Result<(), TaskError> {
+        TaskCounters::add(&self.counters().records_in, 1);
+        let mut out = Vec::new();
+        self.chain.process_record(r, &mut out)?;
+        self.emit(out).await?;
+        if let Some(pause) = self.chain.throttle() {
+            tokio::time::sleep(pause).await;
+        }
+        Ok(())
     }
 
     fn delivered(&self, channel: usize) -> u64 {
@@ -906,9 +870,8 @@ impl Task {
         records_before: u64,
     ) -> Result<(), TaskError> {
         let id = barrier.checkpoint_id;
-        let delivered = self.delivered(channel);
-        if let Some(rec) = self.recorder.as_mut().filter(|r| r.checkpoint_id() == id) {
-            rec.set_boundary(channel, records_before, delivered);
+        if self.inputs.recording() == Some(id) {
+            self.inputs.set_boundary(channel, records_before);
             return Ok(());
         }
         if !barrier.options.is_unaligned() {

@@ -64,6 +64,8 @@ pub struct ScriptedCoordinator {
     pub checkpoint_timeout: Duration,
     /// Trigger periodically (off: only [`ScriptedCoordinator::trigger`] triggers).
     pub periodic: bool,
+    /// Options of the periodic triggers (aligned checkpoints by default).
+    pub options: CheckpointOptions,
     next_id: u64,
     vertices: BTreeMap<String, VertexInfo>,
     expected_acks: usize,
@@ -87,6 +89,7 @@ impl ScriptedCoordinator {
             interval: Duration::from_millis(100),
             checkpoint_timeout: Duration::from_secs(10),
             periodic: true,
+            options: CheckpointOptions::checkpoint(),
             next_id: 1,
             vertices: BTreeMap::new(),
             expected_acks: 0,
@@ -255,7 +258,7 @@ impl ScriptedCoordinator {
                         self.abort(job, id).await;
                     }
                     if self.pending.is_empty() {
-                        self.trigger(job, CheckpointOptions::checkpoint()).await;
+                        self.trigger(job, self.options.clone()).await;
                     }
                 }
                 _ = tokio::time::sleep_until(deadline) => {

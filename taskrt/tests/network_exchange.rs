@@ -345,3 +345,62 @@ async fn bad_links_are_refused_before_anything_runs() {
     .unwrap_err();
     assert!(err.to_string().contains("credit"), "{err}");
 }
+
+/// A priority barrier crosses a link whose channel is out of credit (its consumer reads
+/// nothing), and reaches the consumer's lane ahead of the records it overtook, which still
+/// arrive, in order, once the consumer reads again.
+#[tokio::test]
+async fn a_priority_barrier_overtakes_a_channel_blocked_on_credit() {
+    use cairn_taskrt::exchange::{PriorityBarrier, priority_lane};
+    let a = service("w-a", NetworkOptions::default()).await;
+    let b = service("w-b", NetworkOptions::default()).await;
+    let key = ExchangeKey::generate();
+    let c = ch(0, 0, 0);
+    let (tx, out_rx) = mpsc::channel(8);
+    let (in_tx, mut rx) = mpsc::channel(8);
+    let (lane_tx, lane_out) = priority_lane();
+    let (lane_in, mut lane_rx) = priority_lane();
+    let spec = |peer: &str, addr, outbound, inbound, outbound_priority, inbound_priority| PeerSpec {
+        job: "job-1".into(),
+        attempt: 4,
+        key: key.clone(),
+        peer_worker: peer.into(),
+        peer_addr: addr,
+        outbound,
+        inbound,
+        outbound_priority,
+        inbound_priority,
+    };
+    let _la =
+        a.open(spec("w-b", b.local_addr(), vec![(c, out_rx)], vec![], vec![(c, lane_out)], vec![])).unwrap();
+    let _lb =
+        b.open(spec("w-a", a.local_addr(), vec![], vec![(c, in_tx)], vec![], vec![(c, lane_in)])).unwrap();
+
+    // Fill everything: the consumer's channel, the link's credit window, the producer's channel.
+    let producer = tokio::spawn(async move {
+        for seq in 0..2_000u64 {
+            if tx.send(rec(seq)).await.is_err() {
+                return;
+            }
+        }
+    });
+    within("the consumer's channel to fill", async {
+        while rx.capacity() > 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    let unaligned = Barrier {
+        checkpoint_id: 9,
+        timestamp_ms: 1,
+        options: CheckpointOptions { unaligned_after_ms: Some(0), ..CheckpointOptions::checkpoint() },
+    };
+    lane_tx.send(PriorityBarrier { barrier: unaligned.clone(), records_before: 1_234 }).await.unwrap();
+    let got = within("the priority barrier", lane_rx.recv()).await.expect("lane open");
+    assert_eq!(got, PriorityBarrier { barrier: unaligned, records_before: 1_234 });
+
+    for seq in 0..2_000u64 {
+        assert_eq!(within("the overtaken records", rx.recv()).await, Some(rec(seq)));
+    }
+    producer.await.unwrap();
+}

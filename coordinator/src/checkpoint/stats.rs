@@ -56,6 +56,10 @@ pub struct CheckpointStats {
     pub state_size: u64,
     /// Bytes written for this checkpoint (incremental: new files only).
     pub bytes_persisted: u64,
+    /// Bytes of in-flight records persisted by unaligned checkpoints (Flink's persisted data;
+    /// part of `bytes_persisted`).
+    #[serde(default)]
+    pub persisted_data: u64,
     /// From trigger to completion or failure.
     pub end_to_end_ms: Option<u64>,
     pub failure: Option<FailureInfo>,
@@ -79,6 +83,7 @@ impl CheckpointStats {
             latest_ack_time_ms: self.latest_ack_time_ms,
             state_size: self.state_size,
             bytes_persisted: self.bytes_persisted,
+            persisted_data: self.persisted_data,
             end_to_end_ms: self.end_to_end_ms,
             failure: self.failure.clone(),
             external_path: self.external_path.clone(),
@@ -201,6 +206,7 @@ impl CheckpointStatsTracker {
             latest_ack_time_ms: None,
             state_size: 0,
             bytes_persisted: 0,
+            persisted_data: 0,
             end_to_end_ms: None,
             failure: None,
             external_path: None,
@@ -225,6 +231,7 @@ impl CheckpointStatsTracker {
             // Saturating: the figures are what tasks reported.
             c.state_size = c.state_size.saturating_add(metrics.state_size);
             c.bytes_persisted = c.bytes_persisted.saturating_add(metrics.bytes_persisted);
+            c.persisted_data = c.persisted_data.saturating_add(metrics.channel_state_bytes);
             c.subtasks.push(SubtaskCheckpointStats {
                 vertex: vertex.to_owned(),
                 subtask,

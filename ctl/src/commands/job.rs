@@ -104,7 +104,8 @@ async fn config(ctx: &mut Ctx<'_>, args: ConfigArgs) -> Result<(), CtlError> {
     let Some(map) = checkpoint_json(&args.checkpoint)? else {
         return Err(CtlError::Usage(
             "nothing to change: pass --interval, --checkpoint-timeout, --min-pause, --max-concurrent, \
-             --tolerable-failures, --retained, --savepoint-dir, --checkpoint-dir or --checkpoint JSON"
+             --tolerable-failures, --retained, --savepoint-dir, --checkpoint-dir, --unaligned, \
+             --aligned-checkpoint-timeout or --checkpoint JSON"
                 .into(),
         ));
     };
@@ -212,6 +213,12 @@ pub fn checkpoint_json(flags: &CheckpointFlags) -> Result<Option<Map<String, Val
     if let Some(d) = flags.min_pause {
         map.insert("min_pause".into(), duration(d));
     }
+    if let Some(u) = flags.unaligned {
+        map.insert("unaligned".into(), Value::Bool(u));
+    }
+    if let Some(d) = flags.aligned_checkpoint_timeout {
+        map.insert("aligned_checkpoint_timeout".into(), duration(d));
+    }
     for (key, v) in [
         ("max_concurrent", flags.max_concurrent),
         ("tolerable_failures", flags.tolerable_failures),
@@ -280,7 +287,7 @@ pub fn check_checkpoint_config(map: &Map<String, Value>) -> Result<(), CtlError>
             CtlError::Usage(format!(
                 "invalid checkpoint configuration: {e} (fields: interval, timeout, min_pause, \
                  max_concurrent, tolerable_failures, retained, savepoint_dir, storage_dir, \
-                 externalized_retention)"
+                 externalized_retention, unaligned, aligned_checkpoint_timeout)"
             ))
         })?;
     config.validate().map_err(|e| CtlError::Usage(e.to_string()))
@@ -310,6 +317,28 @@ mod tests {
         let off = CheckpointFlags { interval: Some(Interval::Off), ..Default::default() };
         assert_eq!(checkpoint_json(&off).unwrap().unwrap()["interval"], Value::Null);
         assert!(checkpoint_json(&CheckpointFlags::default()).unwrap().is_none());
+    }
+
+    #[test]
+    fn unaligned_flags_map_to_the_configuration_and_are_checked() {
+        let flags = CheckpointFlags {
+            unaligned: Some(true),
+            aligned_checkpoint_timeout: Some(Duration::from_secs(2)),
+            ..Default::default()
+        };
+        let map = checkpoint_json(&flags).unwrap().unwrap();
+        assert_eq!(
+            (map["unaligned"].clone(), map["aligned_checkpoint_timeout"].clone()),
+            (true.into(), "2s".into())
+        );
+        check_checkpoint_config(&map).unwrap();
+        let stray = CheckpointFlags {
+            aligned_checkpoint_timeout: Some(Duration::from_secs(2)),
+            ..Default::default()
+        };
+        let err =
+            check_checkpoint_config(&checkpoint_json(&stray).unwrap().unwrap()).unwrap_err().to_string();
+        assert!(err.contains("aligned_checkpoint_timeout") && err.contains("unaligned"), "{err}");
     }
 
     #[test]

@@ -27,52 +27,62 @@ use crate::state::storage::{CheckpointStorage, read_verified};
 enum Channel {
     /// Records are recorded until the boundary is known and reached.
     Recording { boundary: Option<u64> },
-    /// Everything before the barrier was delivered.
+    /// Everything before the barrier was received.
     Done,
 }
 
 /// Records the in-flight records of one unaligned checkpoint.
+///
+/// Records are numbered per channel in the order they are received from the channel (0, 1,
+/// ...); the input gate calls [`ChannelRecorder::on_record`] as it receives them, and the
+/// recorder keeps those from the snapshot's delivered count up to the channel's boundary. A
+/// record kept before its channel's boundary was known and found beyond it is dropped again.
 #[derive(Debug)]
 pub struct ChannelRecorder {
     checkpoint_id: u64,
     channels: Vec<Channel>,
-    records: Vec<Record>,
+    /// Per channel: (number, record) in receive order.
+    records: Vec<Vec<(u64, Record)>>,
+    /// Restored in-flight records not replayed yet when the checkpoint was taken: they precede
+    /// everything the channels hold.
+    recovered: Vec<Record>,
 }
 
 impl ChannelRecorder {
-    /// Starts recording for `checkpoint_id` with `delivered[c]` records delivered on each
-    /// channel so far; `ended[c]` channels deliver nothing more.
-    pub fn new(checkpoint_id: u64, delivered: &[u64], ended: &[bool]) -> Self {
-        let channels = delivered
-            .iter()
-            .enumerate()
-            .map(|(c, _)| {
-                if ended.get(c).copied().unwrap_or(false) {
-                    Channel::Done
-                } else {
-                    Channel::Recording { boundary: None }
-                }
-            })
-            .collect();
-        Self { checkpoint_id, channels, records: Vec::new() }
+    /// Starts recording for `checkpoint_id` over `channels` channels.
+    pub fn new(checkpoint_id: u64, channels: usize) -> Self {
+        Self {
+            checkpoint_id,
+            channels: vec![Channel::Recording { boundary: None }; channels],
+            records: vec![Vec::new(); channels],
+            recovered: Vec::new(),
+        }
+    }
+
+    /// Restored in-flight records still to be replayed when the checkpoint was taken.
+    pub fn set_recovered(&mut self, records: Vec<Record>) {
+        self.recovered = records;
     }
 
     pub fn checkpoint_id(&self) -> u64 {
         self.checkpoint_id
     }
 
-    /// The producer of `channel` sent `boundary` records before the barrier; `delivered` have
-    /// been delivered on it so far.
-    pub fn set_boundary(&mut self, channel: usize, boundary: u64, delivered: u64) {
-        if let Some(ch) = self.channels.get_mut(channel)
-            && *ch != Channel::Done
-        {
-            *ch = if delivered >= boundary {
-                Channel::Done
-            } else {
-                Channel::Recording { boundary: Some(boundary) }
-            };
+    /// The producer of `channel` sent `boundary` records before the barrier; `received` have
+    /// been received from it so far.
+    pub fn set_boundary(&mut self, channel: usize, boundary: u64, received: u64) {
+        let Some(ch) = self.channels.get_mut(channel) else { return };
+        if *ch == Channel::Done {
+            return;
         }
+        if let Some(kept) = self.records.get_mut(channel) {
+            kept.retain(|(n, _)| *n < boundary);
+        }
+        *ch = if received >= boundary {
+            Channel::Done
+        } else {
+            Channel::Recording { boundary: Some(boundary) }
+        };
     }
 
     /// `channel` ended: nothing more arrives on it.
@@ -82,40 +92,54 @@ impl ChannelRecorder {
         }
     }
 
-    /// A record was delivered on `channel` as its `index`-th record (0-based): keeps it when
-    /// it precedes the channel's barrier.
-    pub fn on_record(&mut self, channel: usize, index: u64, record: Record) {
-        let Some(ch) = self.channels.get_mut(channel) else { return };
-        match *ch {
-            Channel::Done => {}
-            Channel::Recording { boundary: None } => self.records.push(record),
-            Channel::Recording { boundary: Some(b) } => {
-                if index < b {
-                    self.records.push(record);
-                }
-                if index + 1 >= b {
-                    *ch = Channel::Done;
-                }
-            }
+    /// The boundary of `channel`, once known (`None` also once it is done).
+    pub fn boundary(&self, channel: usize) -> Option<u64> {
+        match self.channels.get(channel) {
+            Some(Channel::Recording { boundary }) => *boundary,
+            _ => None,
         }
     }
 
-    /// Every channel delivered everything sent before its barrier.
+    /// Whether `channel` still waits for records before its barrier (or for its boundary).
+    pub fn is_recording(&self, channel: usize) -> bool {
+        matches!(self.channels.get(channel), Some(Channel::Recording { .. }))
+    }
+
+    /// Record number `n` of `channel` was received: kept when it precedes the channel's barrier
+    /// (or while that is not known).
+    pub fn on_record(&mut self, channel: usize, n: u64, record: Record) {
+        let Some(ch) = self.channels.get_mut(channel) else { return };
+        let Channel::Recording { boundary } = *ch else { return };
+        if boundary.is_none_or(|b| n < b)
+            && let Some(kept) = self.records.get_mut(channel)
+        {
+            kept.push((n, record));
+        }
+        if boundary.is_some_and(|b| n + 1 >= b) {
+            *ch = Channel::Done;
+        }
+    }
+
+    /// Every channel received everything sent before its barrier.
     pub fn is_complete(&self) -> bool {
         self.channels.iter().all(|c| *c == Channel::Done)
     }
 
     /// Records kept so far.
     pub fn len(&self) -> usize {
-        self.records.len()
+        self.recovered.len() + self.records.iter().map(Vec::len).sum::<usize>()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.records.is_empty()
+        self.len() == 0
     }
 
+    /// The records kept: the restored ones not replayed yet, then channel by channel, each
+    /// channel's in order.
     pub fn into_records(self) -> Vec<Record> {
-        self.records
+        let mut out = self.recovered;
+        out.extend(self.records.into_iter().flatten().map(|(_, r)| r));
+        out
     }
 }
 
@@ -202,27 +226,30 @@ mod tests {
 
     #[test]
     fn records_only_what_precedes_each_channels_barrier() {
-        // Two channels; 3 and 5 records delivered when the snapshot is taken.
-        let mut r = ChannelRecorder::new(7, &[3, 5], &[false, false]);
-        // Channel 0's barrier overtook two records (its producer sent 5 before it).
+        // Two channels; records are numbered in receive order from the snapshot's delivered count.
+        let mut r = ChannelRecorder::new(7, 2);
+        // Channel 0's barrier overtook two records (its producer sent 5 before it; 3 received).
         r.set_boundary(0, 5, 3);
-        r.on_record(1, 5, rec(100)); // boundary of channel 1 unknown yet: recorded
+        r.on_record(1, 5, rec(100)); // boundary of channel 1 unknown yet: kept
+        r.on_record(1, 6, rec(101)); // kept for now
         r.on_record(0, 3, rec(1));
         assert!(!r.is_complete());
         r.on_record(0, 4, rec(2));
-        r.on_record(0, 5, rec(3)); // after channel 0's barrier: not recorded
-        // Channel 1's barrier arrives in-band after one more record.
-        r.set_boundary(1, 6, 6);
+        assert!(!r.is_recording(0), "channel 0 reached its boundary");
+        r.on_record(0, 5, rec(3)); // after channel 0's barrier: not kept
+        // Channel 1's barrier shows it was sent after 6 records: 101 came after it.
+        r.set_boundary(1, 6, 7);
         assert!(r.is_complete());
-        assert_eq!(r.into_records(), vec![rec(100), rec(1), rec(2)]);
+        assert_eq!(r.into_records(), vec![rec(1), rec(2), rec(100)]);
     }
 
     #[test]
     fn ended_channels_and_reached_boundaries_complete_at_once() {
-        let mut r = ChannelRecorder::new(1, &[4, 0], &[false, true]);
+        let mut r = ChannelRecorder::new(1, 2);
         r.set_boundary(0, 4, 4);
+        r.channel_ended(1);
         assert!(r.is_complete() && r.is_empty());
-        let mut r = ChannelRecorder::new(2, &[0], &[false]);
+        let mut r = ChannelRecorder::new(2, 1);
         r.on_record(0, 0, rec(9));
         r.channel_ended(0);
         assert!(r.is_complete());

@@ -255,6 +255,7 @@ impl AdminService {
                         start_delay_ms: t.metrics.start_delay_ms,
                         state_size: t.metrics.state_size,
                         bytes_persisted: t.metrics.bytes_persisted,
+                        persisted_data: t.metrics.channel_state_bytes,
                     })
                     .collect()
             })

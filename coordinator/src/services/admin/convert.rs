@@ -41,6 +41,8 @@ pub fn checkpoint_config(c: &CheckpointConfig) -> pb::CheckpointConfig {
         savepoint_dir: c.savepoint_dir.clone().unwrap_or_default(),
         checkpoint_dir: c.storage_dir.clone().unwrap_or_default(),
         externalized_retention: enum_name(&c.externalized_retention),
+        unaligned: c.unaligned,
+        aligned_checkpoint_timeout_ms: millis(c.aligned_checkpoint_timeout),
     }
 }
 
@@ -119,6 +121,7 @@ pub fn checkpoint_summary(s: &CheckpointStats) -> pb::CheckpointSummary {
         num_acknowledged: s.num_acknowledged,
         state_size: s.state_size,
         bytes_persisted: s.bytes_persisted,
+        persisted_data: s.persisted_data,
         duration_ms: s.end_to_end_ms.unwrap_or(0),
         external_path: s.external_path.clone().unwrap_or_default(),
         failure_reason: s.failure.as_ref().map(|f| format!("{:?}", f.reason)).unwrap_or_default(),

@@ -16,11 +16,16 @@
 //!    snapshot, measured directly on the snapshot functions (see `keyed_snapshot`).
 //! 5. Stream elements/s through `--link-channels` channels at once: within one worker (bounded
 //!    channels) versus between two workers' data exchanges over loopback TCP (see `channel_link`).
+//! 6. Checkpoints under backpressure: the sink takes `--backpressure-sink-rate` records/s per
+//!    subtask while the source emits as fast as it can, so every channel is full. Trigger to
+//!    completion, aligned versus unaligned, in one worker and over two; and the in-flight records
+//!    an unaligned checkpoint persists (bytes of channel state per checkpoint).
 //!
 //! ```text
 //! cargo run --release -p cairn-taskrt --bin cairn-bench-taskrt -- [--window-secs 10] [--keys 10000]
 //! cargo run --release -p cairn-taskrt --bin cairn-bench-taskrt -- --snapshot-only
 //! cargo run --release -p cairn-taskrt --bin cairn-bench-taskrt -- --link-only [--link-channels 4]
+//! cargo run --release -p cairn-taskrt --bin cairn-bench-taskrt -- --backpressure-only
 //! ```
 
 mod channel_link;
@@ -113,6 +118,12 @@ struct Args {
     /// Run only the channel scenario (5).
     #[arg(long)]
     link_only: bool,
+    /// Records/s per sink subtask in the backpressure scenario (6).
+    #[arg(long, default_value_t = 2000)]
+    backpressure_sink_rate: u64,
+    /// Run only the backpressure scenario (6).
+    #[arg(long)]
+    backpressure_only: bool,
 }
 
 /// What one run deploys and measures.
@@ -126,6 +137,10 @@ struct RunSpec {
     /// Subtask `i` of every vertex on worker `i % 2` of two data exchanges (loopback TCP between
     /// them), instead of everything in one.
     split: bool,
+    /// Records/s per sink subtask, at most (a slow sink: backpressure).
+    sink_rate: Option<u64>,
+    /// The checkpoints' `unaligned_after_ms` (`None`: aligned).
+    unaligned_after_ms: Option<u64>,
 }
 
 /// Counter values of every task at one instant.
@@ -164,6 +179,8 @@ struct RunResult {
     state_size: BTreeMap<u64, BTreeMap<String, u64>>,
     /// Delta of per-task sync-pause sums that covered more than one checkpoint (not sampled).
     skipped_sync_samples: usize,
+    /// Per checkpoint of the window: bytes of in-flight records persisted, over all tasks.
+    channel_bytes: BTreeMap<u64, u64>,
 }
 
 impl RunResult {
@@ -340,10 +357,16 @@ async fn run(args: &Args, spec: RunSpec) -> anyhow::Result<RunResult> {
         batch: args.batch,
         idle_after_limit: false,
     };
-    let graph = demo(source.clone()).graph();
+    let mut graph = demo(source.clone()).graph();
+    if let Some(rate) = spec.sink_rate
+        && let Some(sink) = graph.vertices.iter_mut().find(|v| v.id == SINK)
+    {
+        sink.operator.config["max_records_per_sec"] = rate.into();
+    }
     let mut coordinator = ScriptedCoordinator::new("bench", storage.clone(), &graph);
     coordinator.interval = Duration::from_millis(args.interval_ms.max(1));
     coordinator.periodic = spec.checkpoints;
+    coordinator.options.unaligned_after_ms = spec.unaligned_after_ms;
     let mut job = if spec.prefill {
         // One record per key, unthrottled, checkpointed; then the measured job restores from that
         // checkpoint, so every key has keyed state even if the measured source is slow.
@@ -444,6 +467,7 @@ async fn run(args: &Args, spec: RunSpec) -> anyhow::Result<RunResult> {
                         metrics.bytes_persisted;
                     *result.state_size.entry(*checkpoint_id).or_default().entry(vertex).or_default() +=
                         metrics.state_size;
+                    *result.channel_bytes.entry(*checkpoint_id).or_default() += metrics.channel_state_bytes;
                     result.sync_ms.push(metrics.sync_ms);
                 }
                 Event::Aborted { .. } => result.aborted += 1,
@@ -618,6 +642,20 @@ async fn bench(args: Args) -> anyhow::Result<()> {
         return print_channel_link(&args).await;
     }
 
+    let unthrottled = |checkpoints, incremental| RunSpec {
+        checkpoints,
+        incremental,
+        rate_per_sec: None,
+        prefill: false,
+        split: false,
+        sink_rate: None,
+        unaligned_after_ms: None,
+    };
+    if args.backpressure_only {
+        println!();
+        return print_backpressure(&args, unthrottled(true, false)).await;
+    }
+
     let snapshot_params = keyed_snapshot::Params {
         keys: args.keys,
         max_parallelism: args.max_parallelism,
@@ -633,13 +671,6 @@ async fn bench(args: Args) -> anyhow::Result<()> {
         return Ok(());
     }
 
-    let unthrottled = |checkpoints, incremental| RunSpec {
-        checkpoints,
-        incremental,
-        rate_per_sec: None,
-        prefill: false,
-        split: false,
-    };
     let none = run(&args, unthrottled(false, false)).await?;
     let full = run(&args, unthrottled(true, false)).await?;
     let incremental = run(&args, unthrottled(true, true)).await?;
@@ -653,6 +684,8 @@ async fn bench(args: Args) -> anyhow::Result<()> {
             rate_per_sec: Some(args.throttled_rate),
             prefill: true,
             split: false,
+            sink_rate: None,
+            unaligned_after_ms: None,
         };
         Some((run(&args, spec(false)).await?, run(&args, spec(true)).await?))
     } else {
@@ -698,7 +731,51 @@ async fn bench(args: Args) -> anyhow::Result<()> {
     println!();
     print_keyed_snapshot(&args, &snap_full, &snap_inc);
     println!();
-    print_channel_link(&args).await
+    print_channel_link(&args).await?;
+    println!();
+    print_backpressure(&args, unthrottled(true, false)).await
+}
+
+/// Scenario 6: aligned versus unaligned checkpoints behind a slow sink.
+async fn print_backpressure(args: &Args, base: RunSpec) -> anyhow::Result<()> {
+    let spec = |split, unaligned_after_ms| RunSpec {
+        split,
+        sink_rate: Some(args.backpressure_sink_rate),
+        unaligned_after_ms,
+        ..base
+    };
+    let mut runs = Vec::new();
+    for (label, split, unaligned) in [
+        ("one worker, aligned", false, None),
+        ("one worker, unaligned", false, Some(0)),
+        ("over 2 workers, aligned", true, None),
+        ("over 2 workers, unaligned", true, Some(0)),
+    ] {
+        runs.push((label, run(args, spec(split, unaligned)).await?));
+    }
+    println!(
+        "6. Checkpoints under backpressure (sink at {}/s per subtask, unthrottled source, channel capacity {}, every {} ms)",
+        args.backpressure_sink_rate, args.channel_capacity, args.interval_ms
+    );
+    for (label, r) in &runs {
+        let d = sorted(&r.durations_ms);
+        let channel: Vec<u64> = r.channel_bytes.values().copied().collect();
+        let c = sorted(&channel);
+        println!(
+            "  {label:<28} trigger->complete p50 {:>6} ms  p99 {:>6} ms  max {:>6} ms  ({} completed, {} aborted)   \
+             in-flight data/checkpoint avg {:>9}  p50 {:>9}  max {:>9}   sink {:.0} records/s",
+            percentile(&d, 50.0),
+            percentile(&d, 99.0),
+            d.last().copied().unwrap_or(0),
+            r.completed.len(),
+            r.aborted,
+            human_bytes(mean(&channel)),
+            human_bytes(percentile(&c, 50.0) as f64),
+            human_bytes(c.last().copied().unwrap_or(0) as f64),
+            r.sink_rate(),
+        );
+    }
+    Ok(())
 }
 
 async fn print_channel_link(args: &Args) -> anyhow::Result<()> {

@@ -4,7 +4,7 @@
 //! every task report to the leader (through an [`Outbox`], so memory stays bounded while no
 //! leader is attached), forgets jobs whose tasks all ended, and publishes what runs as a
 //! [`JobsView`]; while attached, it sends the running tasks' time figures every few seconds
-//! ([`times`]). Sessions reach it through a bounded channel of [`HostCommand`]s; it never
+//! (`times`). Sessions reach it through a bounded channel of [`HostCommand`]s; it never
 //! waits on a session (reports go out through a reserved permit in its select loop), so a
 //! stalled stream cannot stall the tasks.
 //!
@@ -117,7 +117,7 @@ pub(crate) struct JobHost {
     reaping: JoinSet<()>,
     /// Set while shutting down: who to tell, and the bound on the whole shutdown.
     shutdown: Option<(oneshot::Sender<()>, Instant)>,
-    /// When the tasks' time figures go to the leader (see [`times`]).
+    /// When the tasks' time figures go to the leader (see `times`).
     times_tick: tokio::time::Interval,
 }
 

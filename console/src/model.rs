@@ -154,6 +154,18 @@ pub struct Task {
     pub parallelism: u32,
     pub worker: String,
     pub status: String,
+    /// Back-pressured, busy and idle ms per second recently, and the backpressure level;
+    /// absent until the leader has figures.
+    pub load: Option<TaskLoad>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct TaskLoad {
+    pub back_pressured_ms_per_second: u32,
+    pub busy_ms_per_second: u32,
+    pub idle_ms_per_second: u32,
+    /// `ok`, `low` or `high`.
+    pub backpressure: String,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -225,6 +237,12 @@ impl JobView {
                 parallelism: t.parallelism,
                 worker: t.worker.clone(),
                 status: t.status.clone(),
+                load: t.load.as_ref().map(|l| TaskLoad {
+                    back_pressured_ms_per_second: l.back_pressured_ms_per_second,
+                    busy_ms_per_second: l.busy_ms_per_second,
+                    idle_ms_per_second: l.idle_ms_per_second,
+                    backpressure: l.backpressure.clone(),
+                }),
             })
             .collect();
         tasks.sort_by(|a, b| a.vertex.cmp(&b.vertex).then(a.subtask.cmp(&b.subtask)));

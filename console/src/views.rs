@@ -92,6 +92,17 @@ fn status_class(s: &str) -> &'static str {
     }
 }
 
+/// A backpressure level (`ok`, `low`, `high`) as a badge coloured like Flink's.
+fn backpressure_badge(level: &str) -> Markup {
+    let class = match level {
+        "ok" => "ok",
+        "low" => "warn",
+        "high" => "bad",
+        _ => "",
+    };
+    html! { span class=(format!("badge {class}")) { (level) } }
+}
+
 fn badge(s: &str) -> Markup {
     html! { span class=(format!("badge {}", status_class(s))) { (s) } }
 }
@@ -234,10 +245,22 @@ pub fn job(v: &JobView) -> Markup {
         }
         h2 { "Tasks" }
         table #tasks {
-            thead { tr { th { "Vertex" } th { "Subtask" } th { "Worker" } th { "Status" } } }
+            thead { tr {
+                th { "Vertex" } th { "Subtask" } th { "Worker" } th { "Status" }
+                th title="ms per second over the last ~10 s" { "Back-pressured" }
+                th title="ms per second over the last ~10 s" { "Busy" }
+                th title="ms per second over the last ~10 s" { "Idle" }
+                th { "Backpressure" }
+            } }
             tbody {
                 @for t in &v.tasks {
-                    tr { td { (t.vertex) } td.num { (t.subtask) "/" (t.parallelism) } td { (t.worker) } td { (badge(&t.status)) } }
+                    tr {
+                        td { (t.vertex) } td.num { (t.subtask) "/" (t.parallelism) } td { (t.worker) } td { (badge(&t.status)) }
+                        td.num { (opt(t.load.as_ref().map(|l| l.back_pressured_ms_per_second))) }
+                        td.num { (opt(t.load.as_ref().map(|l| l.busy_ms_per_second))) }
+                        td.num { (opt(t.load.as_ref().map(|l| l.idle_ms_per_second))) }
+                        td { @match &t.load { Some(l) => (backpressure_badge(&l.backpressure)), None => "–" } }
+                    }
                 }
             }
         }

@@ -285,16 +285,36 @@ restarts
         }
     }
     if !d.tasks.is_empty() {
-        let mut t = Table::new(&["VERTEX", "SUBTASK", "WORKER", "STATUS"]);
+        let mut t = Table::new(&[
+            "VERTEX",
+            "SUBTASK",
+            "WORKER",
+            "STATUS",
+            "BACKPRESSURED",
+            "BUSY",
+            "IDLE",
+            "BACKPRESSURE",
+        ]);
         for task in &d.tasks {
-            t.row(vec![
+            let mut row = vec![
                 task.vertex.clone(),
                 format!("{}/{}", task.subtask, task.parallelism),
                 or_dash(&task.worker),
                 task.status.clone(),
-            ]);
+            ];
+            row.extend(match &task.load {
+                Some(l) => [
+                    l.back_pressured_ms_per_second.to_string(),
+                    l.busy_ms_per_second.to_string(),
+                    l.idle_ms_per_second.to_string(),
+                    or_dash(&l.backpressure),
+                ],
+                None => ["-", "-", "-", "-"].map(String::from),
+            });
+            t.row(row);
         }
         let _ = write!(out, "\n{}", t.render());
+        out.push_str("(BACKPRESSURED, BUSY, IDLE: ms per second over the last ~10 s; BACKPRESSURE: ok ≤ 10%, low ≤ 50%, high)\n");
     }
     if !d.workers.is_empty() {
         let mut t = Table::new(&["WORKER", "SLOTS", "USED"]);
@@ -497,6 +517,31 @@ mod tests {
     use cairn_proto::admin::{JobSummary, SavepointInfo};
 
     use super::*;
+
+    #[test]
+    fn job_details_show_each_subtasks_backpressure_or_a_dash() {
+        use cairn_proto::admin::{TaskInfo, TaskLoad};
+        let task = |vertex: &str, load: Option<TaskLoad>| TaskInfo {
+            vertex: vertex.into(),
+            subtask: 0,
+            parallelism: 1,
+            worker: "w1".into(),
+            status: "running".into(),
+            load,
+        };
+        let load = TaskLoad {
+            back_pressured_ms_per_second: 640,
+            busy_ms_per_second: 300,
+            idle_ms_per_second: 60,
+            backpressure: "high".into(),
+        };
+        let d =
+            JobDetails { tasks: vec![task("source", Some(load)), task("sink", None)], ..Default::default() };
+        let text = job_details(&d);
+        assert!(text.contains("STATUS   BACKPRESSURED  BUSY  IDLE  BACKPRESSURE"), "{text}");
+        assert!(text.contains("source  0/1      w1      running  640            300   60    high"), "{text}");
+        assert!(text.contains("sink    0/1      w1      running  -              -     -     -"), "{text}");
+    }
 
     #[test]
     fn table_columns_align_without_trailing_spaces() {

@@ -13,7 +13,7 @@ mod harness;
 
 use cairn_proto::v1::{
     AttachedTask, GatewayError, Heartbeat, LeaderMessage, RaftPayload, RegisterWorker, Registered, Report,
-    ReportsConfirmed, WorkerMessage, leader_message, worker_message,
+    ReportsConfirmed, TaskTime, TaskTimes, WorkerMessage, leader_message, worker_message,
 };
 use harness::{ByteOp, Verdict, apply_bytes, byte_ops, config, few_byte_ops, fuzz};
 use proptest::prelude::*;
@@ -71,8 +71,24 @@ fn worker_message() -> impl Strategy<Value = WorkerMessage> {
         u64s().prop_map(|sequence| worker_message::Body::Heartbeat(Heartbeat { sequence })),
         json_bytes().prop_map(worker_message::Body::ReportJson),
         (u64s(), json_bytes()).prop_map(|(seq, json)| worker_message::Body::Report(Report { seq, json })),
+        prop::collection::vec(task_time(), 0..4)
+            .prop_map(|tasks| worker_message::Body::TaskTimes(TaskTimes { tasks })),
     ];
     proptest::option::of(body).prop_map(|body| WorkerMessage { body })
+}
+
+fn task_time() -> impl Strategy<Value = TaskTime> {
+    (text(), text(), any::<u32>(), u64s(), u64s(), u64s(), u64s()).prop_map(
+        |(job_id, vertex, subtask, attempt, busy_ms, idle_ms, back_pressured_ms)| TaskTime {
+            job_id,
+            vertex,
+            subtask,
+            attempt,
+            busy_ms,
+            idle_ms,
+            back_pressured_ms,
+        },
+    )
 }
 
 fn leader_message() -> impl Strategy<Value = LeaderMessage> {

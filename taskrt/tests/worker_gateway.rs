@@ -770,6 +770,8 @@ mod fake {
                                     let _ = tx.try_send(Ok(confirmed));
                                 }
                             }
+                            // Time figures, every few seconds while attached: not what these tests look at.
+                            Ok(Some(WorkerMessage { body: Some(worker_message::Body::TaskTimes(_)) })) => {}
                             Ok(Some(other)) => panic!("unexpected worker message {other:?}"),
                             Ok(None) | Err(_) => {
                                 closed.store(true, Ordering::SeqCst);

@@ -1,7 +1,7 @@
 //! The task gateway and the leader's job driver, exercised by a scripted worker over real gRPC:
 //! deployment, checkpoint completion notified only after the Raft commit, precise refusals of
-//! bad input that change nothing, and a leader stopped between the acknowledgements and the
-//! completion.
+//! bad input that change nothing, a leader stopped between the acknowledgements and the
+//! completion, and tasks' time figures turned into the rates `DescribeJob` shows.
 
 use std::time::Duration;
 
@@ -9,7 +9,7 @@ use anyhow::Context;
 use cairn_client::LeaderClient;
 use cairn_proto::leader_hint::parse_not_leader;
 use cairn_proto::v1::task_gateway_client::TaskGatewayClient;
-use cairn_proto::v1::{Heartbeat, Report, WorkerMessage, worker_message};
+use cairn_proto::v1::{Heartbeat, Report, TaskTime, TaskTimes, WorkerMessage, worker_message};
 use cairn_protocol::checkpoint::{SubtaskState, TaskCheckpointMetrics};
 use cairn_protocol::messages::{Deployment, TaskMessage, TaskStatus, ToTask};
 use cairn_raft::model::JobId;
@@ -443,5 +443,95 @@ async fn a_deployment_lost_with_its_stream_is_sent_again() -> anyhow::Result<()>
     })
     .await?;
     cluster.shutdown().await;
+    Ok(())
+}
+
+/// One task's cumulative figures, `[busy, idle, back-pressured]` in ms.
+fn task_time(
+    d: &Deployment,
+    vertex: &str,
+    subtask: u32,
+    attempt: u32,
+    [busy, idle, bp]: [u64; 3],
+) -> TaskTime {
+    TaskTime {
+        job_id: d.job_id.clone(),
+        vertex: vertex.to_owned(),
+        subtask,
+        attempt: u64::from(attempt),
+        busy_ms: busy,
+        idle_ms: idle,
+        back_pressured_ms: bp,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn time_figures_become_rates_in_describe_and_nonsense_is_ignored() -> anyhow::Result<()> {
+    init_test_logging();
+    let cluster = InProcCluster::start(1, test_timing()).await?;
+    cluster.wait_leader(T).await?;
+    let out = tempfile::tempdir()?;
+    let mut client = cluster.client()?;
+    client.register_job("j", &spec(out.path(), None)).await?;
+    let addrs: Vec<String> = cluster.addrs.values().map(|a| a.to_string()).collect();
+    let token = cluster.worker_token();
+    let mut w = ScriptedWorker::attach(&addrs, token.expose(), "w1", 8, vec![], T).await?;
+    let d = deployed(&mut w).await?;
+    report_all_running(&w, &d).await?;
+    let tasks = subtasks(&d)?;
+    let all = |figures: [u64; 3]| -> Vec<TaskTime> {
+        tasks.iter().map(|(v, i)| task_time(&d, v, *i, d.attempt, figures)).collect()
+    };
+    let send = |times: Vec<TaskTime>| w.send(worker_message::Body::TaskTimes(TaskTimes { tasks: times }));
+
+    send(all([0, 0, 0])).await?;
+    // Nonsense in between: a task the job does not have, and another attempt's figures.
+    let (v0, i0) = tasks.first().cloned().context("no tasks")?;
+    send(vec![
+        task_time(&d, "nope", 0, d.attempt, [1, 1, 1]),
+        task_time(&d, &v0, i0, d.attempt + 1, [0, 0, 1_000]),
+    ])
+    .await?;
+    // 1.5 s of running time each: 450 ms back-pressured, 300 ms idle.
+    send(all([750, 300, 450])).await?;
+    // After it: counters going backwards, and an hour of back-pressure in no time.
+    send(all([0, 0, 0])).await?;
+    send(all([750, 300, 450 + 3_600_000])).await?;
+    // A refused report after them: once its refusal is back, the driver took all of the above.
+    let unknown = TaskMessage::Status { task: attempt_id(&d, "nope", 0), status: TaskStatus::Running };
+    w.report(&unknown).await?;
+    let refused = w.expect_error(T).await?;
+    assert!(refused.message.contains("no task nope/0"), "{}", refused.message);
+
+    let details = wait::until("figures for every task in DescribeJob", T, || {
+        let mut c = client.clone();
+        async move {
+            let req = cairn_proto::admin::JobRequest { job_id: "j".into() };
+            let d = c
+                .call("describe", move |ch| {
+                    let req = req.clone();
+                    async move {
+                        cairn_proto::admin::admin_client::AdminClient::new(ch)
+                            .describe_job(req)
+                            .await
+                            .map(tonic::Response::into_inner)
+                    }
+                })
+                .await
+                .ok()?;
+            d.tasks.iter().all(|t| t.load.is_some()).then_some(d)
+        }
+    })
+    .await?;
+    assert_eq!(details.tasks.len(), tasks.len());
+    let want = cairn_proto::admin::TaskLoad {
+        back_pressured_ms_per_second: 300,
+        busy_ms_per_second: 500,
+        idle_ms_per_second: 200,
+        backpressure: "low".into(),
+    };
+    for t in &details.tasks {
+        assert_eq!(t.load.as_ref(), Some(&want), "{}/{}", t.vertex, t.subtask);
+    }
     Ok(())
 }

@@ -1,5 +1,6 @@
 //! The reading side of one worker stream: heartbeats in, to the term's runtime; task reports
-//! in, straight to their jobs' drivers (see `TermHandle::submit_report`).
+//! in, straight to their jobs' drivers (see `TermHandle::submit_report`); time figures in, to
+//! the drivers too, unanswered (`TermHandle::submit_times`).
 //!
 //! Reports are pipelined: the reader hands each one to its job's driver and goes on reading,
 //! while one answering task awaits the outcomes in arrival order (at most [`IN_FLIGHT`]
@@ -30,6 +31,9 @@ const IN_FLIGHT: usize = 256;
 
 /// Numbered reports answered by one confirmation at most.
 const CONFIRM_EVERY: usize = 64;
+
+/// Most tasks one time-figures message may name: a worker has at most 4096 slots.
+const MAX_TIMED_TASKS: usize = 4096;
 
 /// Where a report's outcome arrives: `Err` is a refusal for the worker.
 type Outcome = oneshot::Receiver<Result<(), Status>>;
@@ -141,6 +145,15 @@ pub async fn read_worker(
         let (json, field, seq) = match body {
             Some(worker_message::Body::Heartbeat(_)) => {
                 term.heartbeat(worker_id.clone(), session.id).await;
+                continue;
+            }
+            Some(worker_message::Body::TaskTimes(times)) => {
+                if times.tasks.len() > MAX_TIMED_TASKS {
+                    tracing::warn!(worker = %worker_id, tasks = times.tasks.len(), max = MAX_TIMED_TASKS,
+                        "time figures for more tasks than a worker can run; ignored");
+                } else {
+                    term.submit_times(&worker_id, &session, times.tasks);
+                }
                 continue;
             }
             Some(worker_message::Body::ReportJson(bytes)) => (bytes, "report_json", None),

@@ -36,6 +36,9 @@ pub struct TaskView {
     pub worker: Option<String>,
     /// `deploying`, `running`, `finished` or `not_deployed`.
     pub status: &'static str,
+    /// Busy, idle and back-pressured time per second over the last seconds (absent until the
+    /// leader has two samples from the worker of the current attempt).
+    pub load: Option<super::job::load::Load>,
 }
 
 /// An operator request id attached to a manual trigger, so that a retry maps to the same

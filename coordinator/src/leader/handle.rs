@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use cairn_proto::v1::{AttachedTask, LeaderMessage, leader_message};
+use cairn_proto::v1::{AttachedTask, LeaderMessage, TaskTime, leader_message};
 use cairn_protocol::messages::TaskMessage;
 use cairn_raft::model::JobId;
 use tokio::sync::{mpsc, oneshot, watch};
@@ -123,12 +123,14 @@ pub struct WorkerSlots {
     pub data_addr: String,
 }
 
-/// A worker's report on its way to its job's driver, with where its outcome goes (an error is
-/// a precise refusal for the worker).
-pub(crate) struct ReportInput {
-    pub worker_id: String,
-    pub msg: Box<TaskMessage>,
-    pub reply: oneshot::Sender<Result<(), Status>>,
+/// What a worker stream hands straight to a job's driver.
+pub(crate) enum ReportInput {
+    /// A task report, with where its outcome goes (an error is a precise refusal for the
+    /// worker).
+    Task { worker_id: String, msg: Box<TaskMessage>, reply: oneshot::Sender<Result<(), Status>> },
+    /// Cumulative time figures of the job's tasks on the worker, received at `at` (transient:
+    /// no answer, dropped when the driver's queue is full).
+    Times { worker_id: String, times: Vec<TaskTime>, at: tokio::time::Instant },
 }
 
 /// The report queue of every job driver this term runs, as the runtime last published it.
@@ -236,11 +238,42 @@ impl TermHandle {
         // Cloned out of the published table: no borrow is held across the send.
         let driver = self.routes.borrow().get(&job).cloned().ok_or_else(unknown)?;
         let (reply, outcome) = oneshot::channel();
-        let input = ReportInput { worker_id, msg: Box::new(msg), reply };
+        let input = ReportInput::Task { worker_id, msg: Box::new(msg), reply };
         // A driver that ended: its job stopped, or this whole term is stopping.
         let ended = || if self.tx.is_closed() { gone() } else { unknown() };
         driver.send(input).await.map_err(|_| ended())?;
         Ok(outcome)
+    }
+
+    /// Hands the time figures of `session` to the drivers of their jobs, without waiting: they
+    /// are transient, and a driver with a full queue does without them. Figures of jobs this
+    /// term does not run are ignored with a warning.
+    pub(crate) fn submit_times(&self, worker_id: &str, session: &Session, times: Vec<TaskTime>) {
+        if !session.is_live() {
+            tracing::debug!(
+                worker = worker_id,
+                session = session.id,
+                "time figures of a superseded session ignored"
+            );
+            return;
+        }
+        let at = tokio::time::Instant::now();
+        let mut by_job: HashMap<String, Vec<TaskTime>> = HashMap::new();
+        for t in times {
+            by_job.entry(t.job_id.clone()).or_default().push(t);
+        }
+        let routes = self.routes.borrow().clone();
+        for (job, times) in by_job {
+            let Some(driver) = JobId::new(job.clone()).ok().and_then(|j| routes.get(&j).cloned()) else {
+                tracing::warn!(worker = worker_id, job = %job.chars().take(128).collect::<String>(), tasks = times.len(),
+                    "time figures for a job this leader does not run; ignored");
+                continue;
+            };
+            let input = ReportInput::Times { worker_id: worker_id.to_owned(), times, at };
+            if driver.try_send(input).is_err() {
+                tracing::debug!(worker = worker_id, job = %job, "job driver busy: time figures dropped");
+            }
+        }
     }
 
     /// Workers for a deployment of `groups` (subtasks per slot-sharing group); `None` while the

@@ -3,7 +3,8 @@
 //! It starts deployments, routes commands to the tasks of a job's current attempt, forwards
 //! every task report to the leader (through an [`Outbox`], so memory stays bounded while no
 //! leader is attached), forgets jobs whose tasks all ended, and publishes what runs as a
-//! [`JobsView`]. Sessions reach it through a bounded channel of [`HostCommand`]s; it never
+//! [`JobsView`]; while attached, it sends the running tasks' time figures every few seconds
+//! (`times`). Sessions reach it through a bounded channel of [`HostCommand`]s; it never
 //! waits on a session (reports go out through a reserved permit in its select loop), so a
 //! stalled stream cannot stall the tasks.
 //!
@@ -25,6 +26,7 @@ use tokio::time::{Instant, sleep_until};
 
 use super::deploy::{self, DeploymentError};
 use super::outbox::{Outbox, Pushed};
+use super::times;
 use super::{JobsView, TaskView};
 use crate::checkpoint::pool::SnapshotPool;
 use crate::registry::OperatorRegistry;
@@ -115,6 +117,8 @@ pub(crate) struct JobHost {
     reaping: JoinSet<()>,
     /// Set while shutting down: who to tell, and the bound on the whole shutdown.
     shutdown: Option<(oneshot::Sender<()>, Instant)>,
+    /// When the tasks' time figures go to the leader (see `times`).
+    times_tick: tokio::time::Interval,
 }
 
 impl JobHost {
@@ -138,6 +142,11 @@ impl JobHost {
             view,
             reaping: JoinSet::new(),
             shutdown: None,
+            times_tick: {
+                let mut tick = tokio::time::interval(times::TIMES_INTERVAL);
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                tick
+            },
         }
     }
 
@@ -169,6 +178,7 @@ impl JobHost {
                     }
                 }
                 (job, msg) = next_report(&mut self.jobs) => self.on_report(&job, msg),
+                _ = self.times_tick.tick(), if self.link.is_some() => self.send_times(),
                 _ = sleep_until(deadline.unwrap_or_else(far_future)), if deadline.is_some() => self.on_deadline(),
                 Some(joined) = self.reaping.join_next(), if !self.reaping.is_empty() => {
                     if let Err(e) = joined {
@@ -372,6 +382,18 @@ impl JobHost {
             return;
         }
         self.push_report(msg);
+    }
+
+    /// Sends the running tasks' time figures to the leader, unless the stream is full (the next
+    /// sample covers this one: the figures are cumulative).
+    fn send_times(&mut self) {
+        let Some(link) = &self.link else { return };
+        let tasks = self.jobs.values().flat_map(|j| times::task_times(&j.local, &j.statuses)).collect();
+        if let Some(msg) = times::message(tasks)
+            && let Err(mpsc::error::TrySendError::Full(_)) = link.try_send(msg)
+        {
+            tracing::debug!("outbound stream full: time figures skipped");
+        }
     }
 
     fn push_report(&mut self, msg: TaskMessage) {

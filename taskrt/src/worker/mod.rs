@@ -11,6 +11,7 @@
 //! | [`session`] | one `Attach` stream: register, heartbeats, liveness, fencing, dispatch |
 //! | [`host`] | the job host: one task, owner of the running jobs and of the report outbox |
 //! | [`outbox`] | reports to the leader with bounded memory across disconnections (pure) |
+//! | `times` | the running tasks' busy, idle and back-pressured time, sent every few seconds |
 //! | [`deploy`] | a leader's `Deployment` → a runtime `JobDeployment` (restore metadata, task ids) |
 //!
 //! # Data flow
@@ -33,6 +34,7 @@ pub mod deploy;
 pub mod host;
 pub mod outbox;
 pub mod session;
+mod times;
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -107,6 +107,7 @@ impl JobDriver {
             placement,
             running: BTreeSet::new(),
             finished: BTreeSet::new(),
+            loads: BTreeMap::new(),
         };
         let unreachable = deployed
             .leases

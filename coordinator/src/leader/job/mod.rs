@@ -20,6 +20,7 @@
 //! | `deploy` | preparation, worker leases, deployments, restarts, job status |
 //! | `reattach` | tasks re-attaching after a leader change |
 //! | `reports` | task reports and trigger requests |
+//! | [`load`] | busy, idle and back-pressured time per second of each subtask (not replicated) |
 //! | `effects` | feeding the core and carrying out its actions |
 //! | `operator` | operator requests: triggers answered when started, cancel, configuration changes |
 //! | `export` | publishing the job's checkpoint figures to the replica's metrics |
@@ -32,6 +33,7 @@ mod deploy;
 mod effects;
 mod export;
 mod ids;
+pub mod load;
 mod operator;
 mod prepare;
 mod reattach;
@@ -198,6 +200,8 @@ struct Deployed {
     /// Indices of the tasks that reported running.
     running: BTreeSet<usize>,
     finished: BTreeSet<usize>,
+    /// Recent time figures of each task (by index) from its worker: they go with the attempt.
+    loads: BTreeMap<usize, load::LoadWindow>,
 }
 
 impl Deployed {
@@ -368,10 +372,13 @@ impl JobDriver {
                 },
                 // After the inputs: a worker's `Attached` (queued before its stream reads a
                 // report) is handled before the reports that follow it.
-                Some(ReportInput { worker_id, msg, reply }) = self.reports.recv() => {
-                    let r = self.on_report(&worker_id, *msg);
-                    let _ = reply.send(r);
-                }
+                Some(input) = self.reports.recv() => match input {
+                    ReportInput::Task { worker_id, msg, reply } => {
+                        let r = self.on_report(&worker_id, *msg);
+                        let _ = reply.send(r);
+                    }
+                    ReportInput::Times { worker_id, times, at } => self.on_times(&worker_id, &times, at),
+                },
                 Some(_) = self.io.join_next(), if !self.io.is_empty() => {}
                 _ = sleep_until(deadline) => self.on_deadline(),
             }
@@ -533,6 +540,7 @@ impl JobDriver {
     }
 
     fn task_views(&self) -> Vec<TaskView> {
+        let now = Instant::now();
         (0..self.tasks.len())
             .filter_map(|i| self.tasks.get(i).map(|t| (i, t)))
             .map(|(i, t)| {
@@ -548,6 +556,7 @@ impl JobDriver {
                     parallelism: t.parallelism,
                     worker,
                     status,
+                    load: self.deployed.as_ref().and_then(|d| d.loads.get(&i)).and_then(|w| w.load(now)),
                 }
             })
             .collect()

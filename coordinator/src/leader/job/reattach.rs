@@ -79,8 +79,14 @@ impl JobDriver {
         let placement: Vec<String> = self.reattached.values().map(|(_, _, l)| l.worker_id.clone()).collect();
         let leases: BTreeMap<String, WorkerLease> =
             self.reattached.values().map(|(_, _, l)| (l.worker_id.clone(), l.clone())).collect();
-        let deployed =
-            Deployed { attempt, leases, placement, running: BTreeSet::new(), finished: BTreeSet::new() };
+        let deployed = Deployed {
+            attempt,
+            leases,
+            placement,
+            running: BTreeSet::new(),
+            finished: BTreeSet::new(),
+            loads: BTreeMap::new(),
+        };
         self.runtime_leases(&deployed);
         tracing::info!(job = %self.job, attempt, workers = %deployed.workers(), term = self.term.term,
             "all tasks re-attached: continuing without restart");

@@ -1,6 +1,8 @@
 //! Reports from tasks (acknowledgements, declines, status) and manual trigger requests, with
 //! precise refusals for the worker.
 
+use cairn_proto::v1::TaskTime;
+
 use super::*;
 
 impl JobDriver {
@@ -94,6 +96,44 @@ impl JobDriver {
                 }
                 self.on_task_status(index, attempt, status);
                 Ok(())
+            }
+        }
+    }
+
+    /// Takes a worker's time figures for tasks of the current attempt it runs; anything else
+    /// (a task the job does not have, one deployed elsewhere, figures that make no sense next
+    /// to the previous ones) is ignored with a warning. Figures of another attempt are a
+    /// normal race around a restart and only logged at debug.
+    pub(super) fn on_times(&mut self, worker_id: &str, times: &[TaskTime], at: Instant) {
+        for t in times {
+            let Some(index) = self.tasks.index_of(&t.vertex, t.subtask) else {
+                tracing::warn!(job = %self.job, worker = worker_id, vertex = %t.vertex.chars().take(128).collect::<String>(),
+                    subtask = t.subtask, "time figures for a task the job does not have; ignored");
+                continue;
+            };
+            let Some(d) = self.deployed.as_mut() else {
+                tracing::debug!(job = %self.job, worker = worker_id, "time figures while no attempt is deployed; ignored");
+                return;
+            };
+            if d.worker_of(index) != Some(worker_id) {
+                tracing::warn!(job = %self.job, worker = worker_id, vertex = %t.vertex, subtask = t.subtask,
+                    deployed_on = d.worker_of(index).unwrap_or("-"),
+                    "time figures for a task not deployed on this worker; ignored");
+                continue;
+            }
+            if t.attempt != u64::from(d.attempt) {
+                tracing::debug!(job = %self.job, worker = worker_id, vertex = %t.vertex, subtask = t.subtask,
+                    attempt = t.attempt, current = d.attempt, "time figures of another attempt; ignored");
+                continue;
+            }
+            let sample = load::Times {
+                busy_ms: t.busy_ms,
+                idle_ms: t.idle_ms,
+                back_pressured_ms: t.back_pressured_ms,
+            };
+            if let Err(e) = d.loads.entry(index).or_default().push(at, sample) {
+                tracing::warn!(job = %self.job, worker = worker_id, vertex = %t.vertex, subtask = t.subtask,
+                    error = %e, "time figures make no sense; ignored");
             }
         }
     }

@@ -195,6 +195,12 @@ impl AdminService {
                             parallelism: t.parallelism,
                             worker: t.worker.clone().unwrap_or_default(),
                             status: t.status.to_owned(),
+                            load: t.load.map(|l| pb::TaskLoad {
+                                back_pressured_ms_per_second: l.back_pressured_ms_per_second,
+                                busy_ms_per_second: l.busy_ms_per_second,
+                                idle_ms_per_second: l.idle_ms_per_second,
+                                backpressure: l.backpressure.name().to_owned(),
+                            }),
                         })
                         .collect()
                 })

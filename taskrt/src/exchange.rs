@@ -23,65 +23,21 @@ use std::future::poll_fn;
 use std::sync::Arc;
 use std::task::Poll;
 
-use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TrySendError;
 
 use cairn_protocol::graph::Partitioning;
 use cairn_protocol::keygroups::subtask_for_key;
-use cairn_protocol::messages::CheckpointOptions;
+
+pub use crate::element::{Barrier, PriorityBarrier, Record, StreamElement};
 
 use crate::checkpoint::alignment::ChannelMark;
 use crate::checkpoint::channel_state::ChannelRecorder;
 use crate::metrics::{TaskCounters, Wait};
 
-/// A data record. Records are plain `u64` triples, which is all the demo pipeline and the
-/// benchmarks need and keeps the hot path allocation-free.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct Record {
-    /// Partitioning key (hash edges, keyed state).
-    pub key: u64,
-    pub value: u64,
-    /// Provenance: the per-key sequence number of the source record this one derives from.
-    pub seq: u64,
-}
-
-/// A checkpoint barrier as it travels through the data channels.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Barrier {
-    pub checkpoint_id: u64,
-    pub timestamp_ms: u64,
-    pub options: CheckpointOptions,
-}
-
-/// What travels on a data channel.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StreamElement {
-    Record(Record),
-    /// Event time: no record with a smaller timestamp follows on this channel.
-    Watermark(u64),
-    Barrier(Barrier),
-    /// The producer declined this checkpoint: do not wait for its barrier.
-    CancelMarker(u64),
-    /// The producer emits no more records; barriers and cancel markers still follow until
-    /// `EndOfInput` (it waits for its final checkpoint, which crosses this channel).
-    EndOfData,
-    /// The producer finished; nothing follows.
-    EndOfInput,
-}
-
 /// Capacity of a channel's priority lane. Unaligned checkpoints run one at a time, so a lane
 /// holds at most a barrier and an announcement in practice.
 pub const PRIORITY_CAPACITY: usize = 16;
-
-/// A barrier on a channel's priority lane: an unaligned barrier, or the announcement of an
-/// aligned one (which follows in the data channel) that may turn unaligned.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PriorityBarrier {
-    pub barrier: Barrier,
-    /// Records the producer sent on this channel before the barrier.
-    pub records_before: u64,
-}
 
 /// A channel's priority lane, both ends.
 pub fn priority_lane() -> (mpsc::Sender<PriorityBarrier>, mpsc::Receiver<PriorityBarrier>) {

@@ -12,8 +12,9 @@
 //! | [`operator`], [`registry`] | the operator contract and the kinds a graph may name |
 //! | [`chain`] | the operators of one task and the order lifecycle calls reach them |
 //! | [`task`] | the mailbox loop of one task |
-//! | [`exchange`] | channels between subtasks, partitioning (key → key group → subtask) |
-//! | [`checkpoint`] | barrier alignment (pure) and the asynchronous snapshot pool |
+//! | [`element`] | what travels on a channel: records, barriers, markers, priority barriers |
+//! | [`exchange`] | channels between subtasks and their priority lanes, partitioning (key → key group → subtask) |
+//! | [`checkpoint`] | barrier alignment (pure), in-flight records of unaligned checkpoints, the asynchronous snapshot pool |
 //! | [`state`] | keyed and list state, snapshot files (full / incremental, CRC-32), loading an assigned restore |
 //! | [`runtime`] | deploying a job graph in-process ([`runtime::LocalJob`]) |
 //! | [`metrics`] | observable per-task counters (records, checkpoints, busy / idle / back-pressured time) and last checkpoint figures |
@@ -59,6 +60,7 @@
 pub mod chain;
 pub mod checkpoint;
 pub mod demo;
+pub mod element;
 pub mod exchange;
 pub mod exporter;
 pub mod lifecycle;

@@ -22,7 +22,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::time::Instant;
 
-use crate::exchange::Barrier;
+use crate::element::Barrier;
 use cairn_protocol::messages::DeclineReason;
 
 #[derive(Debug, Clone, PartialEq, Eq)]

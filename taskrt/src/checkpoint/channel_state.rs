@@ -18,7 +18,7 @@ use cairn_protocol::assign::ChannelStatePart;
 use cairn_protocol::checkpoint::{ChannelStateHandle, StateFile};
 use cairn_protocol::keygroups::key_group_of;
 
-use crate::exchange::Record;
+use crate::element::Record;
 use crate::state::StateError;
 use crate::state::storage::{CheckpointStorage, read_verified};
 

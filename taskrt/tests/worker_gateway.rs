@@ -418,7 +418,8 @@ async fn deployments_beyond_the_free_slots_fail_every_task() {
     init_tracing();
     let dir = tempfile::tempdir().expect("tempdir");
     let mut leader = FakeReplica::start(Mode::Leader(LeaderMode::new(1))).await;
-    let worker = Worker::start(WorkerConfig { slots: 2, ..config(&[&leader.addr]) }).expect("starts");
+    // The demo job at parallelism 2 needs 2 slots (one per slot-sharing group).
+    let worker = Worker::start(WorkerConfig { slots: 1, ..config(&[&leader.addr]) }).expect("starts");
     let mut session = leader.next_session().await;
     session.send_raw_deploy(1, b"[1, 2".to_vec()).await;
     session.deploy(1, &demo_deployment(dir.path(), 3)).await;
@@ -433,7 +434,7 @@ async fn deployments_beyond_the_free_slots_fail_every_task() {
     for m in &reports {
         let TaskMessage::Status { task, status: TaskStatus::Failed(cause) } = m else { continue };
         assert_eq!(task.attempt, 3);
-        assert!(cause.contains("needs 5 slots but only 2 of this worker's 2 are free"), "{cause}");
+        assert!(cause.contains("needs 2 slots but only 1 of this worker's 1 are free"), "{cause}");
     }
     let jobs = worker.jobs().borrow().clone();
     assert!(jobs.tasks.is_empty());

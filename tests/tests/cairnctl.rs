@@ -91,11 +91,13 @@ async fn tour(cluster: &ProcCluster) -> anyhow::Result<()> {
     assert_eq!(workers["workers"].as_array().map_or(0, Vec::len), 1, "{workers}");
     assert_eq!((str_at(&w1, &["worker_id"]), str_at(&w1, &["state"])), ("w1", "attached"), "{w1}");
     assert_eq!(u64_at(&w1, &["slots"]), 8, "{w1}");
-    assert_eq!(u64_at(&w1, &["slots_used"]), u64::from(subtasks), "{w1}");
+    // Slot sharing: one slot per slot-sharing group, as many as the highest parallelism.
+    let groups = graph.vertices.iter().map(|v| v.parallelism).max().unwrap_or(0);
+    assert_eq!(u64_at(&w1, &["slots_used"]), u64::from(groups), "{w1}");
     assert_eq!(w1["jobs"], serde_json::json!(["demo"]), "{w1}");
     let table = ctl.ok(&["cluster", "workers"]).await?;
     assert!(
-        table.contains("AUTHENTICATED BY") && table.contains(&format!("{subtasks} of 8 slots in use")),
+        table.contains("AUTHENTICATED BY") && table.contains(&format!("{groups} of 8 slots in use")),
         "{table}"
     );
 

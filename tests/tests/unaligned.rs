@@ -80,9 +80,10 @@ async fn under_backpressure_aligned_checkpoints_expire_and_unaligned_ones_comple
     let mut cluster = ProcCluster::start(1, &refs)?;
     let aligned_out = cluster.scratch("aligned-out")?;
     let unaligned_out = cluster.scratch("unaligned-out")?;
-    // Each job takes 5 slots; after a worker is lost the other must fit both.
+    // Each job takes 2 slots (one per slot-sharing group); after a worker is lost the other
+    // must fit both.
     for w in ["w1", "w2"] {
-        cluster.launch_worker(w, 12)?;
+        cluster.launch_worker(w, 4)?;
     }
     let mut client = cluster.client()?;
     let result: anyhow::Result<()> = async {

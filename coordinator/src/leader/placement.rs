@@ -1,6 +1,7 @@
 //! Choosing workers for a job's subtasks. A job is a list of slot-sharing groups (group `i`:
 //! subtask `i` of every vertex with more than `i` subtasks); a group always runs on one worker,
-//! so forward edges stay in-process. Every subtask takes one slot.
+//! so forward edges stay in-process. A group takes one slot (Flink's slot sharing): callers pass
+//! the slots each group needs, 1 for every group today.
 
 use cairn_raft::model::PlacementStrategy;
 

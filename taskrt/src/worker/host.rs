@@ -256,7 +256,7 @@ impl JobHost {
         let tasks = deploy::local_attempts(&d, graph.as_ref().ok(), self.settings.exchange.worker_id());
         let started = match graph {
             Err(e) => Err(DeploymentError::from(e)),
-            Ok(graph) => self.start(&d, graph, tasks.len()).await,
+            Ok(graph) => self.start(&d, graph, slot_groups(tasks.iter())).await,
         };
         match started {
             Ok(local) => {
@@ -288,7 +288,7 @@ impl JobHost {
         graph: cairn_protocol::graph::JobGraph,
         needed: usize,
     ) -> Result<LocalJob, DeploymentError> {
-        let used: usize = self.jobs.values().map(|j| j.statuses.len()).sum();
+        let used: usize = self.jobs.values().map(|j| slot_groups(j.statuses.keys())).sum();
         let free = (self.settings.slots as usize).saturating_sub(used);
         if needed > free {
             return Err(DeploymentError::NoSlots { needed, free, slots: self.settings.slots });
@@ -501,4 +501,10 @@ async fn next_report(jobs: &mut BTreeMap<String, HostedJob>) -> (String, TaskMes
 
 fn encode_report(seq: u64, msg: &TaskMessage) -> Option<WorkerMessage> {
     serde_json::to_vec(msg).ok().map(|json| WorkerMessage { body: Some(Body::Report(Report { seq, json })) })
+}
+
+/// Slots the tasks take: Flink's slot sharing puts one subtask of each vertex in a slot, so a
+/// job's tasks take one slot per distinct subtask index (slot-sharing group) they include.
+fn slot_groups<'a>(tasks: impl Iterator<Item = &'a TaskAttemptId>) -> usize {
+    tasks.map(|t| t.task.subtask).collect::<std::collections::BTreeSet<_>>().len()
 }

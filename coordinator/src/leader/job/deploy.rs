@@ -18,7 +18,8 @@ impl JobDriver {
 
     pub(super) fn request_worker(&mut self) {
         let Some(p) = &self.prepared else { return };
-        let groups = p.tasks.groups();
+        // Flink's slot sharing: a slot holds one slot-sharing group (one subtask of each vertex).
+        let groups = vec![1; p.tasks.groups().len()];
         let strategy = p.record.spec.placement;
         let generation = self.generation;
         let term = self.term.clone();
@@ -50,7 +51,7 @@ impl JobDriver {
     pub(super) fn on_leased(&mut self, grants: Option<Vec<WorkerGrant>>) {
         let Some(grants) = grants.filter(|g| !g.is_empty()) else {
             if let Some(p) = &self.prepared {
-                tracing::info!(job = %self.job, slots = p.tasks.len(), "waiting for workers with enough free slots");
+                tracing::info!(job = %self.job, slots = p.tasks.groups().len(), "waiting for workers with enough free slots");
             }
             return;
         };

@@ -218,13 +218,13 @@ impl Deployed {
         self.leases.keys().cloned().collect::<Vec<_>>().join(",")
     }
 
-    /// Slots taken on each worker.
-    fn slots(&self) -> Vec<(String, u32)> {
-        let mut slots: BTreeMap<&str, u32> = BTreeMap::new();
-        for w in &self.placement {
-            *slots.entry(w).or_default() += 1;
+    /// Slots taken on each worker: one per slot-sharing group it runs.
+    fn slots(&self, tasks: &GraphTasks) -> Vec<(String, u32)> {
+        let mut groups: BTreeMap<&str, std::collections::BTreeSet<usize>> = BTreeMap::new();
+        for (index, w) in self.placement.iter().enumerate() {
+            groups.entry(w).or_default().insert(tasks.group_of(index).unwrap_or(index));
         }
-        slots.into_iter().map(|(w, n)| (w.to_owned(), n)).collect()
+        groups.into_iter().map(|(w, g)| (w.to_owned(), g.len() as u32)).collect()
     }
 }
 

@@ -141,7 +141,7 @@ impl JobDriver {
     pub(super) fn runtime_leases(&mut self, deployed: &Deployed) {
         let term = self.term.clone();
         let job = self.job.clone();
-        let slots = deployed.slots();
+        let slots = deployed.slots(&self.tasks);
         self.io.spawn(async move { term.adopt_leases(job, slots).await });
     }
 }

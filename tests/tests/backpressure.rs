@@ -1,10 +1,11 @@
 //! Backpressure per subtask in `cairnctl job describe`, as an operator reads it: one `cairn`
-//! replica, one `cairn-worker` running the demo job with an unthrottled source (it runs as fast
-//! as the sink takes its records). The worker sends its tasks' busy, idle and back-pressured
-//! time every few seconds; the leader turns two samples into ms per second. Every subtask shows
-//! figures that add up to a second, and a level (`ok`, `low`, `high`) that matches its
-//! back-pressured share by Flink's thresholds. Figures from a worker that does not run the
-//! tasks are ignored (with a warning in the leader's log) and change nothing.
+//! replica, one `cairn-worker` running the demo job with an unthrottled source behind a sink that
+//! takes 200 records/s per subtask, so the source spends its time waiting for room downstream.
+//! The worker sends its tasks' busy, idle and back-pressured time every few seconds; the leader
+//! turns two samples into ms per second. Every subtask shows figures that add up to a second, and
+//! a level (`ok`, `low`, `high`) that matches its back-pressured share by Flink's thresholds.
+//! Figures from a worker that does not run the tasks are ignored (with a warning in the leader's
+//! log) and change nothing.
 
 use std::time::Duration;
 
@@ -71,7 +72,7 @@ fn check_load(task: &str, load: &Value) -> anyhow::Result<()> {
 
 async fn run(cluster: &ProcCluster) -> anyhow::Result<()> {
     let ctl = Ctl::for_cluster(cluster)?;
-    let graph = DemoJob {
+    let mut graph = DemoJob {
         source: SourceConfig {
             keys: 8,
             records_per_key: None,
@@ -85,6 +86,9 @@ async fn run(cluster: &ProcCluster) -> anyhow::Result<()> {
         max_parallelism: 16,
     }
     .graph();
+    if let Some(sink) = graph.vertices.iter_mut().find(|v| v.id == "sink") {
+        sink.operator.config["max_records_per_sec"] = 200.into();
+    }
     let subtasks: usize = graph.vertices.iter().map(|v| v.parallelism as usize).sum();
     let graph_file = cluster.scratch("input")?.join("graph.json");
     std::fs::write(&graph_file, graph.to_json())?;
@@ -100,6 +104,14 @@ async fn run(cluster: &ProcCluster) -> anyhow::Result<()> {
     for (task, load) in &figures {
         check_load(task, load)?;
     }
+    // Behind the slow sink the source is back-pressured most of the time.
+    let source = wait::until("the source's backpressure to show `high`", T, || async {
+        let details = ctl.json(&["job", "describe", "demo"]).await.ok()?;
+        let (_, load) = loads(&details)?.into_iter().find(|(t, _)| t.starts_with("source/"))?;
+        (load["backpressure"] == "high").then_some(load)
+    })
+    .await?;
+    check_load("source/0", &source)?;
 
     // The table: the columns, and figures (not `-`) on every subtask's row.
     let table = ctl.ok(&["job", "describe", "demo"]).await?;

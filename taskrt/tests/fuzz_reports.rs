@@ -190,6 +190,128 @@ fn deployments_decode_and_name_their_tasks_never_panic() {
     });
 }
 
+/// How a placement the leader would send is damaged before the worker reads it.
+#[derive(Debug, Clone)]
+enum PlacementDamage {
+    None,
+    DropSubtask(usize),
+    DuplicateSubtask(usize),
+    UnknownVertex(usize),
+    SubtaskOutOfRange(usize, u32),
+    DropAddress(usize),
+    Address(usize, String),
+    Key(String),
+}
+
+fn placement_damage() -> impl Strategy<Value = PlacementDamage> {
+    let address = prop_oneof![
+        Just(String::new()),
+        Just("no-port".to_owned()),
+        Just("fd00::5:7500".to_owned()),
+        Just("[fd00::5]:7500".to_owned()),
+        Just("127.0.0.1:99999".to_owned()),
+        // Printable, without a `:`: nothing here makes the worker ask a DNS server.
+        "[ -9;-~]{0,12}",
+    ];
+    let key = prop_oneof![
+        "[0-9a-f]{0,70}",
+        "[0-9a-fA-F]{64}",
+        "[g-z]{64}",
+        prop::collection::vec(any::<char>(), 16..33).prop_map(|c| c.into_iter().collect::<String>()),
+        Just(format!("é{}", "a".repeat(62))),
+    ];
+    prop_oneof![
+        4 => Just(PlacementDamage::None),
+        1 => any::<usize>().prop_map(PlacementDamage::DropSubtask),
+        1 => any::<usize>().prop_map(PlacementDamage::DuplicateSubtask),
+        1 => any::<usize>().prop_map(PlacementDamage::UnknownVertex),
+        1 => (any::<usize>(), any::<u32>()).prop_map(|(i, s)| PlacementDamage::SubtaskOutOfRange(i, s)),
+        1 => any::<usize>().prop_map(PlacementDamage::DropAddress),
+        1 => (any::<usize>(), address).prop_map(|(i, a)| PlacementDamage::Address(i, a)),
+        1 => key.prop_map(PlacementDamage::Key),
+    ]
+}
+
+#[test]
+fn placements_are_checked_whole_or_refused_never_panic() {
+    use cairn_protocol::messages::{DeploymentPlacement, PlacedSubtask};
+    use cairn_taskrt::worker::deploy::placement;
+
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build();
+    let runtime = runtime.unwrap_or_else(|e| panic!("a test runtime: {e}"));
+    let strategy = (strategies::valid_graph(), 1usize..4, any::<u64>(), placement_damage());
+    fuzz("placement (worker)", config(), strategy, |(graph, workers, seed, damage)| {
+        // What the leader sends: every subtask on one of `workers` workers, each with an address.
+        let mut subtasks: Vec<PlacedSubtask> = graph
+            .vertices
+            .iter()
+            .flat_map(|v| (0..v.parallelism).map(move |i| (v.id.clone(), i)))
+            .enumerate()
+            .map(|(n, (vertex, subtask))| PlacedSubtask {
+                vertex,
+                subtask,
+                worker: format!("w{}", (seed as usize).wrapping_add(n) % workers),
+            })
+            .collect();
+        let mut addresses: BTreeMap<String, String> =
+            (0..workers).map(|w| (format!("w{w}"), format!("127.0.0.1:{}", 7500 + w))).collect();
+        let mut key = "ab".repeat(32);
+        let pick = |i: usize, len: usize| i % len.max(1);
+        match &damage {
+            PlacementDamage::None => {}
+            PlacementDamage::DropSubtask(i) if !subtasks.is_empty() => {
+                subtasks.remove(pick(*i, subtasks.len()));
+            }
+            PlacementDamage::DuplicateSubtask(i) if !subtasks.is_empty() => {
+                let mut again = subtasks[pick(*i, subtasks.len())].clone();
+                again.worker = "w0".into();
+                subtasks.push(again);
+            }
+            PlacementDamage::UnknownVertex(i) if !subtasks.is_empty() => {
+                let at = pick(*i, subtasks.len());
+                subtasks[at].vertex.push_str("-unknown");
+            }
+            PlacementDamage::SubtaskOutOfRange(i, s) if !subtasks.is_empty() => {
+                let at = pick(*i, subtasks.len());
+                let parallelism = graph.vertex(&subtasks[at].vertex).map_or(0, |v| v.parallelism);
+                subtasks[at].subtask = parallelism.saturating_add(*s % 8);
+            }
+            PlacementDamage::DropAddress(i) => {
+                addresses.remove(&format!("w{}", pick(*i, workers)));
+            }
+            PlacementDamage::Address(i, a) => {
+                addresses.insert(format!("w{}", pick(*i, workers)), a.clone());
+            }
+            PlacementDamage::Key(k) => key = k.clone(),
+            _ => {}
+        }
+        let sent = DeploymentPlacement { subtasks, addresses, exchange_key: key };
+        // Round-trip through JSON as the gateway delivers it.
+        let Some(sent) = check_json(&sent, &serde_json::to_vec(&sent).unwrap_or_default()) else {
+            return Ok(Verdict::Refused);
+        };
+        match runtime.block_on(placement(&sent, &graph)) {
+            Ok(p) => {
+                let all: Vec<(String, u32)> = graph
+                    .vertices
+                    .iter()
+                    .flat_map(|v| (0..v.parallelism).map(move |i| (v.id.clone(), i)))
+                    .collect();
+                prop_assert_eq!(p.subtasks.len(), all.len(), "{:?}", damage);
+                prop_assert!(all.iter().all(|t| p.subtasks.contains_key(t)), "{:?}", damage);
+                prop_assert!(p.subtasks.values().all(|w| p.addresses.contains_key(w)), "{:?}", damage);
+                prop_assert_eq!(sent.subtasks.len(), all.len(), "a duplicate was accepted: {:?}", damage);
+                Ok(Verdict::Accepted)
+            }
+            Err(e) => {
+                prop_assert!(!matches!(damage, PlacementDamage::None), "a sound placement refused: {e}");
+                prop_assert!(e.to_string().contains("placement"), "{e}");
+                Ok(Verdict::Refused)
+            }
+        }
+    });
+}
+
 #[test]
 fn task_commands_decode_or_are_refused_never_panic() {
     fuzz("TaskCommand (worker)", config(), case(task_command), |(c, donor, m)| {

@@ -365,18 +365,29 @@ impl ProcCluster {
 
     /// Starts (or restarts) a `cairn-worker` named `name` attached to this cluster.
     pub fn launch_worker(&mut self, name: &str, slots: u32) -> anyhow::Result<()> {
-        self.launch_worker_with(name, slots, None)
+        self.launch_worker_with(name, slots, None, &[])
+    }
+
+    /// Like [`ProcCluster::launch_worker`], with more `cairn-worker run` arguments.
+    pub fn launch_worker_with_args(&mut self, name: &str, slots: u32, args: &[&str]) -> anyhow::Result<()> {
+        self.launch_worker_with(name, slots, None, args)
     }
 
     /// Like [`ProcCluster::launch_worker`], the worker also serving `/metrics` on a free port;
     /// returns that address.
     pub fn launch_worker_with_metrics(&mut self, name: &str, slots: u32) -> anyhow::Result<String> {
         let addr = format!("127.0.0.1:{}", free_port()?);
-        self.launch_worker_with(name, slots, Some(addr.clone()))?;
+        self.launch_worker_with(name, slots, Some(addr.clone()), &[])?;
         Ok(addr)
     }
 
-    fn launch_worker_with(&mut self, name: &str, slots: u32, metrics: Option<String>) -> anyhow::Result<()> {
+    fn launch_worker_with(
+        &mut self,
+        name: &str,
+        slots: u32,
+        metrics: Option<String>,
+        args: &[&str],
+    ) -> anyhow::Result<()> {
         let binary = binary("cairn-worker")?;
         let log = std::fs::OpenOptions::new().create(true).append(true).open(self.worker_log(name))?;
         if self.workers.get(name).is_some_and(|w| w.is_running()) {
@@ -393,6 +404,7 @@ impl ProcCluster {
             .arg("--token-file")
             .arg(self.worker_token_file_of(name))
             .args(metrics.iter().flat_map(|m| ["--metrics-listen", m.as_str()]))
+            .args(args)
             .env("CAIRN_WORKER_LOG", "info")
             .env_remove("CAIRN_WORKER_CONFIG")
             .env_remove("CAIRN_WORKER_TOKEN")

@@ -77,9 +77,14 @@ async fn a_job_spread_over_three_workers_survives_a_worker_kill_and_a_leader_kil
     let refs: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut cluster = ProcCluster::start(3, &refs)?;
     let output = cluster.scratch("out")?;
-    for w in ["w1", "w2", "w3"] {
-        cluster.launch_worker(w, 8)?;
-    }
+    cluster.launch_worker("w1", 8)?;
+    cluster.launch_worker("w2", 8)?;
+    // As a Kubernetes pod runs it: a wildcard listener, and a bare IP that takes its port.
+    cluster.launch_worker_with_args(
+        "w3",
+        8,
+        &["--data-listen", "0.0.0.0:0", "--data-advertise", "127.0.0.1"],
+    )?;
     let mut client = cluster.client()?;
     let result: anyhow::Result<()> = async {
         // Every worker attached before the job is placed, so the spread sees all three.
@@ -99,7 +104,9 @@ async fn a_job_spread_over_three_workers_survives_a_worker_kill_and_a_leader_kil
             }
         })
         .await?;
-        assert!(workers.workers.iter().all(|w| w.data_addr.starts_with("127.0.0.1:")), "{workers:?}");
+        let dialable =
+            |a: &str| a.parse::<std::net::SocketAddr>().is_ok_and(|a| a.ip().is_loopback() && a.port() != 0);
+        assert!(workers.workers.iter().all(|w| dialable(&w.data_addr)), "{workers:?}");
         client.register_job("demo", &spread_spec(&output)).await?;
         let placed = workers_of(&client).await?;
         assert_eq!(placed.len(), 3, "the 4 slot-sharing groups spread over every worker: {placed:?}");

@@ -64,8 +64,9 @@ pub struct WorkerConfig {
     /// `ip:port` the data exchange listens on, for the channels of jobs that span workers (port
     /// 0 picks a free one).
     pub data_listen: String,
-    /// `host:port` other workers dial to reach the data exchange; the bound address when unset
-    /// (required when `data_listen` is a wildcard address such as `0.0.0.0`).
+    /// Where other workers dial to reach the data exchange: `host:port`, `[ipv6]:port`, or a bare
+    /// host or IP address (v4 or v6) that takes the port the exchange listens on; the bound address
+    /// when unset (required when `data_listen` is a wildcard address such as `0.0.0.0`).
     pub data_advertise: Option<String>,
     /// TLS towards the replicas (`[tls]`: `ca_file`, and `cert_file` + `key_file` to present a
     /// client certificate); unset connects in plaintext. A client certificate naming this worker
@@ -213,8 +214,8 @@ impl WorkerConfig {
         }
         let listen = self.data_listen_addr()?;
         match &self.data_advertise {
-            Some(addr) if !is_host_port(addr) => {
-                return Err(invalid("data_advertise", format!("{addr:?} is not a host:port address")));
+            Some(_) => {
+                self.data_advertise_addr(listen.port().max(1))?;
             }
             None if listen.ip().is_unspecified() => {
                 return Err(invalid(
@@ -250,6 +251,40 @@ impl WorkerConfig {
                 ),
             )
         })
+    }
+
+    /// The address other workers dial for this worker's data exchange, given the port the
+    /// exchange is bound to: `data_advertise` as given when it names a port, with that port when it
+    /// is a bare host or IP address (an IPv6 address gets its brackets, so a Kubernetes pod IP can
+    /// be passed as it is), or the bound address when unset.
+    pub fn data_advertise_addr(&self, bound_port: u16) -> Result<Option<String>, ConfigError> {
+        let Some(given) = self.data_advertise.as_deref() else { return Ok(None) };
+        let given = given.trim();
+        if let Ok(ip) = given.parse::<std::net::IpAddr>() {
+            return Ok(Some(std::net::SocketAddr::new(ip, bound_port).to_string()));
+        }
+        if given.parse::<std::net::SocketAddr>().is_ok() {
+            return Ok(Some(given.to_owned()));
+        }
+        if given.matches(':').count() > 1 {
+            return Err(invalid(
+                "data_advertise",
+                format!(
+                    "{given:?} is ambiguous: write an IPv6 address as [address]:port, or give the bare address"
+                ),
+            ));
+        }
+        let host_ok = |h: &str| {
+            !h.is_empty() && h.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.' || c == '_')
+        };
+        match given.rsplit_once(':') {
+            None if host_ok(given) => Ok(Some(format!("{given}:{bound_port}"))),
+            Some((host, _)) if host_ok(host) && is_host_port(given) => Ok(Some(given.to_owned())),
+            _ => Err(invalid(
+                "data_advertise",
+                format!("{given:?} is not a host:port address, or a bare host or IP address"),
+            )),
+        }
     }
 
     /// The worker token to present: `token` (`CAIRN_WORKER_TOKEN`), else the one in
@@ -316,7 +351,8 @@ pub struct RunArgs {
     /// ip:port of the data exchange for jobs spanning workers (default 127.0.0.1:0).
     #[arg(long, env = "CAIRN_WORKER_DATA_LISTEN")]
     pub data_listen: Option<String>,
-    /// host:port other workers dial for the data exchange (default: the bound address).
+    /// host:port other workers dial for the data exchange, or a bare host or IP address that
+    /// takes the listen port (default: the bound address).
     #[arg(long, env = "CAIRN_WORKER_DATA_ADVERTISE")]
     pub data_advertise: Option<String>,
     /// The CA (PEM) that signed the replicas' certificates: connect with TLS.
@@ -481,6 +517,32 @@ mod tests {
         assert!(err.to_string().starts_with("`data_listen`"), "{err}");
         let err = with("127.0.0.1:7500", Some("no port")).validate().unwrap_err();
         assert!(err.to_string().starts_with("`data_advertise`"), "{err}");
+        let err = with("127.0.0.1:7500", Some("h:0")).validate().unwrap_err();
+        assert!(err.to_string().starts_with("`data_advertise`"), "{err}");
+        // A Kubernetes pod IP as it comes, v4 or v6: the listener's port is added, v6 bracketed.
+        let advertised = |listen: &str, advertise: &str, bound: u16| {
+            let c = with(listen, Some(advertise));
+            c.validate()?;
+            c.data_advertise_addr(bound)
+        };
+        assert_eq!(advertised("0.0.0.0:7500", "10.1.2.3", 7500).unwrap().as_deref(), Some("10.1.2.3:7500"));
+        assert_eq!(advertised("[::]:7500", "fd00::5", 7500).unwrap().as_deref(), Some("[fd00::5]:7500"));
+        assert_eq!(
+            advertised("[::]:7500", "[fd00::5]:7600", 7500).unwrap().as_deref(),
+            Some("[fd00::5]:7600")
+        );
+        assert_eq!(
+            advertised("0.0.0.0:7500", "worker-1.internal", 7501).unwrap().as_deref(),
+            Some("worker-1.internal:7501")
+        );
+        // Eight groups or fewer with `::` is an address: `fd00::5:7500` is one, and gets the port.
+        assert_eq!(
+            advertised("[::]:7500", "fd00::5:7500", 7500).unwrap().as_deref(),
+            Some("[fd00::5:7500]:7500")
+        );
+        let err = advertised("[::]:7500", "fd00::g:7500", 7500).unwrap_err().to_string();
+        assert!(err.starts_with("`data_advertise`") && err.contains("[address]:port"), "{err}");
+        assert_eq!(with("127.0.0.1:0", None).data_advertise_addr(4242).unwrap(), None);
         let args = RunArgs {
             data_listen: Some(" 0.0.0.0:7501 ".into()),
             data_advertise: Some("h:7501".into()),

@@ -114,6 +114,11 @@ pub async fn placement(p: &DeploymentPlacement, graph: &JobGraph) -> Result<Plac
             return Err(bad(format!("subtask {} of vertex {:?} is placed twice", s.subtask, s.vertex)));
         }
     }
+    for v in &graph.vertices {
+        if let Some(subtask) = (0..v.parallelism).find(|i| !subtasks.contains_key(&(v.id.clone(), *i))) {
+            return Err(bad(format!("subtask {subtask} of vertex {:?} is placed on no worker", v.id)));
+        }
+    }
     let mut addresses = BTreeMap::new();
     for worker in subtasks.values() {
         if addresses.contains_key(worker) {

@@ -166,7 +166,8 @@ impl Worker {
             .map_err(|e| ConfigError::Token(e.to_string()))?;
         let worker_id = config.effective_worker_id();
         let exchange = Arc::new(Self::exchange(&config, &worker_id)?);
-        let data_addr = config.data_advertise.clone().unwrap_or_else(|| exchange.local_addr().to_string());
+        let bound = exchange.local_addr();
+        let data_addr = config.data_advertise_addr(bound.port())?.unwrap_or_else(|| bound.to_string());
         let (host_tx, host_rx) = mpsc::channel(host::COMMAND_CAPACITY);
         let (jobs_tx, jobs_rx) = watch::channel(JobsView { slots: config.slots, ..JobsView::default() });
         let (status_tx, status_rx) = watch::channel(WorkerStatus::default());

@@ -179,7 +179,9 @@ pub async fn run_task(setup: TaskSetup) -> TaskOutcome {
     task.conclude(result).await
 }
 
-fn now_ms() -> u64 {
+/// Wall-clock milliseconds since the epoch, the clock of barrier timestamps (set where the
+/// checkpoint was triggered, possibly on another machine).
+pub(crate) fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 

@@ -10,7 +10,7 @@
 //! keeps its checkpoint-id counter across redeployments so ids are never reused.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use cairn_protocol::checkpoint::metadata::METADATA_VERSION;
 use cairn_protocol::checkpoint::{
@@ -25,6 +25,7 @@ use cairn_protocol::messages::{
 
 use crate::runtime::LocalJob;
 use crate::state::storage::CheckpointStorage;
+use crate::task::now_ms;
 
 /// Something the coordinator observed, in order.
 #[derive(Debug, Clone, PartialEq)]
@@ -74,10 +75,6 @@ pub struct ScriptedCoordinator {
     pending: BTreeMap<u64, Pending>,
     latest: Option<(CheckpointMetadata, MetadataPointer)>,
     pub events: Vec<Event>,
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
 impl ScriptedCoordinator {

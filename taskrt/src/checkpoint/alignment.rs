@@ -18,7 +18,7 @@
 //! task takes the checkpoint when the first one arrives ([`BarrierAligner::begin_unaligned`]).
 
 use std::collections::BTreeSet;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use tokio::time::Instant;
 
@@ -77,8 +77,7 @@ impl InProgress {
 /// trigger (Flink's aligned checkpoint timeout counts the start delay too).
 fn unaligned_deadline(barrier: &Barrier) -> Option<Instant> {
     let after = barrier.options.unaligned_after_ms.filter(|t| *t > 0)?;
-    let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
-    let waited = now_ms.saturating_sub(barrier.timestamp_ms);
+    let waited = crate::task::now_ms().saturating_sub(barrier.timestamp_ms);
     let remaining = Duration::from_millis(after.saturating_sub(waited));
     Instant::now().checked_add(remaining)
 }

@@ -49,3 +49,10 @@ pub struct PriorityBarrier {
     /// Records the producer sent on this channel before the barrier.
     pub records_before: u64,
 }
+
+/// Wall-clock milliseconds since the epoch, the clock of barrier timestamps (set where the
+/// checkpoint was triggered, possibly on another machine).
+pub(crate) fn now_ms() -> u64 {
+    use std::time::{SystemTime, UNIX_EPOCH};
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}

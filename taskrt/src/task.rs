@@ -37,7 +37,7 @@
 //! channel state is replayed through the chain before any new input is read.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use cairn_protocol::checkpoint::{KeyGroupRange, TaskCheckpointMetrics};
 use tokio::sync::mpsc;
@@ -177,12 +177,6 @@ pub async fn run_task(setup: TaskSetup) -> TaskOutcome {
     let mut task = Task::new(setup);
     let result = task.invoke().await;
     task.conclude(result).await
-}
-
-/// Wall-clock milliseconds since the epoch, the clock of barrier timestamps (set where the
-/// checkpoint was triggered, possibly on another machine).
-pub(crate) fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
 impl Task {
@@ -515,7 +509,7 @@ impl Task {
             return Ok(());
         }
         let started = Instant::now();
-        let start_delay_ms = now_ms().saturating_sub(barrier.timestamp_ms);
+        let start_delay_ms = crate::element::now_ms().saturating_sub(barrier.timestamp_ms);
         let kind = barrier.options.kind;
         tracing::debug!(task = %self.id, checkpoint_id = id, kind = kind.as_str(), "starting checkpoint");
         if kind.is_synchronous() {

@@ -23,9 +23,9 @@ use cairn_protocol::messages::{
     CheckpointOptions, CoordinatorMessage, DeclineReason, TaskAttemptId, TaskMessage, TaskStatus, ToTask,
 };
 
+use crate::element::now_ms;
 use crate::runtime::LocalJob;
 use crate::state::storage::CheckpointStorage;
-use crate::task::now_ms;
 
 /// Something the coordinator observed, in order.
 #[derive(Debug, Clone, PartialEq)]

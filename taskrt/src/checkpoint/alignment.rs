@@ -77,7 +77,7 @@ impl InProgress {
 /// trigger (Flink's aligned checkpoint timeout counts the start delay too).
 fn unaligned_deadline(barrier: &Barrier) -> Option<Instant> {
     let after = barrier.options.unaligned_after_ms.filter(|t| *t > 0)?;
-    let waited = crate::task::now_ms().saturating_sub(barrier.timestamp_ms);
+    let waited = crate::element::now_ms().saturating_sub(barrier.timestamp_ms);
     let remaining = Duration::from_millis(after.saturating_sub(waited));
     Instant::now().checked_add(remaining)
 }

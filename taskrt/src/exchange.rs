@@ -201,6 +201,31 @@ impl OutputGate {
         self.edges.is_empty()
     }
 
+    /// Whether every outgoing channel has room for `n` more elements (at most its capacity), or
+    /// is closed, which the next send reports. A task takes new input, or polls its source, only
+    /// while its outputs have room for what that may emit: a back-pressured task then waits in
+    /// its mailbox, where triggers, priority barriers and finished asynchronous parts reach it,
+    /// instead of inside a send (Flink's output availability).
+    pub fn has_room(&self, n: usize) -> bool {
+        self.edges
+            .iter()
+            .flat_map(|e| &e.senders)
+            .all(|tx| tx.capacity() >= n.clamp(1, tx.max_capacity()) || tx.is_closed())
+    }
+
+    /// Waits until [`OutputGate::has_room`] holds for `n`. Only this subtask sends into its
+    /// channels, so room found in one channel stays while the next is waited for.
+    pub async fn room(&self, n: usize) {
+        for tx in self.edges.iter().flat_map(|e| &e.senders) {
+            let n = n.clamp(1, tx.max_capacity());
+            if tx.capacity() < n {
+                // The permits are dropped at once: only the wait matters. A closed channel
+                // returns at once.
+                let _ = tx.reserve_many(n).await;
+            }
+        }
+    }
+
     /// Sends a record along every outgoing edge, partitioned per edge.
     pub async fn emit(&mut self, record: Record) -> Result<(), ExchangeError> {
         let counters = self.counters.as_deref();
@@ -473,11 +498,7 @@ impl InputGate {
                 if !rec.is_recording(c) {
                     break;
                 }
-                let room = match rec.boundary(c) {
-                    Some(_) => true,
-                    None => self.buffer[c].len() < self.channels[c].max_capacity(),
-                };
-                if !room {
+                if self.buffer[c].len() >= self.channels[c].max_capacity() {
                     break;
                 }
                 match self.channels[c].poll_recv(cx) {
@@ -507,6 +528,13 @@ impl InputGate {
     /// Waits for the next element on any channel that is neither parked nor finished. Pends
     /// forever when there is none (the caller selects on other events meanwhile).
     pub async fn next(&mut self) -> InputEvent {
+        self.next_if(true).await
+    }
+
+    /// Like [`InputGate::next`]; without `data`, only what does not depend on the task's output
+    /// having room: barriers on the priority lanes, and the absorbing of a recording checkpoint's
+    /// in-flight records with its [`InputEvent::RecordingComplete`].
+    pub async fn next_if(&mut self, data: bool) -> InputEvent {
         poll_fn(|cx| {
             let n = self.channels.len();
             for (channel, lane) in self.priority.iter_mut().enumerate() {
@@ -521,6 +549,9 @@ impl InputGate {
             self.absorb(cx);
             if std::mem::take(&mut self.recording_done) {
                 return Poll::Ready(InputEvent::RecordingComplete);
+            }
+            if !data {
+                return Poll::Pending;
             }
             if let Some(r) = self.recovered.pop_front() {
                 return Poll::Ready(InputEvent::Recovered(r));
@@ -589,6 +620,29 @@ mod tests {
                 assert_eq!(subtask_for_key(r.key, 128, 3) as usize, i);
             }
         }
+    }
+
+    #[tokio::test]
+    async fn absorbing_in_flight_records_holds_at_most_a_channel_capacity() {
+        let (tx, rx) = mpsc::channel(4);
+        let mut gate = InputGate::new(vec![rx]);
+        // An unaligned checkpoint whose barrier is 100 records behind, and a task that takes
+        // nothing: the producer keeps the channel full; the gate absorbs no more than a
+        // channel's capacity, however far the barrier is.
+        assert!(gate.start_recording(1, &[ChannelMark::Announced(100)], &[false]));
+        let mut sent = 0;
+        for _ in 0..10 {
+            while tx.try_send(StreamElement::Record(rec(sent))).is_ok() {
+                sent += 1;
+            }
+            let _ = tokio::time::timeout(Duration::from_millis(1), gate.next_if(false)).await;
+        }
+        assert_eq!(gate.buffer[0].len(), 4);
+        assert_eq!(sent, 8, "a channel's worth in the gate, a channel's worth in the channel");
+        // Delivering makes room for the next.
+        assert!(matches!(gate.next().await, InputEvent::Element { channel: 0, .. }));
+        let _ = tokio::time::timeout(Duration::from_millis(1), gate.next_if(false)).await;
+        assert_eq!(gate.buffer[0].len(), 4);
     }
 
     #[tokio::test]

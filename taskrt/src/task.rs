@@ -113,6 +113,7 @@ enum Wake {
     Input(InputEvent),
     SourceDue,
     AlignmentTimeout,
+    OutputRoom,
 }
 
 /// The in-flight records of a checkpoint, for its acknowledgement.
@@ -167,6 +168,10 @@ struct Task {
     /// The source asked not to be polled before this instant (on tokio's clock, which tests
     /// can pause).
     source_idle_until: Option<tokio::time::Instant>,
+    /// The most records one source poll or one input element has made the chain emit: the room
+    /// the task waits for in every output channel before it takes more (so that, once it knows
+    /// its bursts, it never waits inside a send).
+    burst: usize,
     watermarks: Vec<u64>,
     current_watermark: u64,
 }
@@ -204,6 +209,7 @@ impl Task {
             final_checkpoint: None,
             may_finish: false,
             source_idle_until: None,
+            burst: 1,
             watermarks: vec![0; n],
             current_watermark: 0,
         }
@@ -418,14 +424,21 @@ impl Task {
         if !tokio::task::coop::has_budget_remaining() {
             tokio::task::coop::consume_budget().await;
         }
-        let (control, in_flight, inputs) = (&mut self.control, &mut self.in_flight, &mut self.inputs);
-        let wake = self.observer.counters.time_if_pending(Wait::Idle, async {
+        // New input, or a source's next records, only while every output channel has room; the
+        // wait for room is back-pressured time, spent answering the coordinator.
+        let burst = self.burst;
+        let room = self.outputs.has_room(burst);
+        let waiting = if room { Wait::Idle } else { Wait::BackPressured };
+        let (control, in_flight, inputs, outputs) =
+            (&mut self.control, &mut self.in_flight, &mut self.inputs, &self.outputs);
+        let wake = self.observer.counters.time_if_pending(waiting, async {
             tokio::select! {
                 biased;
                 msg = control.recv() => Wake::Control(msg),
                 outcome = in_flight.next(), if !in_flight.is_empty() => Wake::AsyncPart(outcome),
-                event = inputs.next(), if input_open && !is_source => Wake::Input(event),
-                _ = wait_until(idle_until), if input_open && is_source && poll_source => Wake::SourceDue,
+                event = inputs.next_if(room), if input_open && !is_source => Wake::Input(event),
+                _ = wait_until(idle_until), if input_open && is_source && poll_source && room => Wake::SourceDue,
+                _ = outputs.room(burst), if !room => Wake::OutputRoom,
                 _ = wait_until(align_deadline), if align_deadline.is_some() => Wake::AlignmentTimeout,
             }
         });
@@ -439,10 +452,12 @@ impl Task {
                 let actions = self.aligner.on_timeout();
                 self.apply_alignment(actions).await
             }
+            Wake::OutputRoom => Ok(()),
         }
     }
 
     async fn emit(&mut self, records: Vec<Record>) -> Result<(), TaskError> {
+        self.burst = self.burst.max(records.len());
         let n = records.len() as u64;
         for r in records {
             self.outputs.emit(r).await?;

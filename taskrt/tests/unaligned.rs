@@ -52,6 +52,74 @@ fn seqs(records: &[cairn_taskrt::exchange::Record]) -> Vec<u64> {
     records.iter().map(|r| r.seq).collect()
 }
 
+/// A source that emits a burst of `burst` records per poll, forever.
+struct Bursts {
+    burst: u64,
+    next: u64,
+}
+
+impl cairn_taskrt::operator::Operator for Bursts {
+    fn process_record(
+        &mut self,
+        _record: cairn_taskrt::exchange::Record,
+        _ctx: &mut cairn_taskrt::operator::OperatorContext<'_>,
+    ) -> Result<(), cairn_taskrt::operator::OperatorError> {
+        Ok(())
+    }
+
+    fn poll_source(
+        &mut self,
+        ctx: &mut cairn_taskrt::operator::OperatorContext<'_>,
+    ) -> Result<cairn_taskrt::operator::SourcePoll, cairn_taskrt::operator::OperatorError> {
+        for _ in 0..self.burst {
+            ctx.emit(rec(self.next % 16, self.next));
+            self.next += 1;
+        }
+        Ok(cairn_taskrt::operator::SourcePoll::Emitted)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_back_pressured_source_answers_a_trigger_at_once() {
+    init_tracing();
+    let dir = tempfile::tempdir().unwrap();
+    let mut o = HarnessOptions::new(
+        CheckpointStorage::new(dir.path(), "job"),
+        vec![("src".into(), Box::new(Bursts { burst: 5, next: 0 }))],
+    );
+    o.inputs = 0;
+    o.is_source = true;
+    o.output_capacity = 8;
+    let mut h = spawn_task(o);
+    h.wait_running().await;
+    // Nobody reads the output: it fills. The source then waits for room for a whole burst in
+    // its mailbox, not inside a send, so a trigger still reaches it.
+    wait_for("the output to fill", || h.output.len() >= 5).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let options = CheckpointOptions { unaligned_after_ms: Some(0), ..CheckpointOptions::checkpoint() };
+    h.control(
+        1,
+        cairn_protocol::messages::ToTask::TriggerCheckpoint {
+            checkpoint_id: 1,
+            timestamp_ms: now_ms(),
+            options,
+        },
+    )
+    .await;
+    let forwarded = tokio::time::timeout(WAIT, h.output_lane.recv()).await.unwrap().unwrap();
+    assert_eq!(forwarded.barrier.checkpoint_id, 1);
+    assert_eq!(forwarded.records_before, h.output.len() as u64, "every record it sent precedes the barrier");
+    // It acknowledges (a stateless source: nothing to store).
+    let (state, _) = ack(&mut h, 1).await;
+    assert!(state.operators.is_empty(), "{state:?}");
+    // Reading the output lets it go on, bursts whole.
+    let sent = h.output.len();
+    for _ in 0..sent {
+        h.next_output().await;
+    }
+    wait_for("the source to fill its output again", || h.output.len() >= 5).await;
+}
+
 #[tokio::test]
 async fn a_priority_barrier_checkpoints_at_once_and_persists_the_records_it_overtook() {
     init_tracing();

@@ -181,6 +181,8 @@ struct RunResult {
     skipped_sync_samples: usize,
     /// Per checkpoint of the window: bytes of in-flight records persisted, over all tasks.
     channel_bytes: BTreeMap<u64, u64>,
+    /// The window's acknowledgements by vertex: (start delay, alignment, async part) in ms.
+    phases_ms: BTreeMap<String, Vec<(u64, u64, u64)>>,
 }
 
 impl RunResult {
@@ -469,6 +471,11 @@ async fn run(args: &Args, spec: RunSpec) -> anyhow::Result<RunResult> {
                         metrics.state_size;
                     *result.channel_bytes.entry(*checkpoint_id).or_default() += metrics.channel_state_bytes;
                     result.sync_ms.push(metrics.sync_ms);
+                    result.phases_ms.entry(task.task.vertex.clone()).or_default().push((
+                        metrics.start_delay_ms,
+                        metrics.alignment_ms,
+                        metrics.async_ms,
+                    ));
                 }
                 Event::Aborted { .. } => result.aborted += 1,
                 _ => {}
@@ -774,6 +781,17 @@ async fn print_backpressure(args: &Args, base: RunSpec) -> anyhow::Result<()> {
             human_bytes(c.last().copied().unwrap_or(0) as f64),
             r.sink_rate(),
         );
+        for (vertex, phases) in &r.phases_ms {
+            let p50 = |pick: fn(&(u64, u64, u64)) -> u64| {
+                percentile(&sorted(&phases.iter().map(pick).collect::<Vec<_>>()), 50.0)
+            };
+            println!(
+                "      {vertex:<14} p50 start delay {:>5} ms  alignment {:>5} ms  async part {:>5} ms",
+                p50(|p| p.0),
+                p50(|p| p.1),
+                p50(|p| p.2),
+            );
+        }
     }
     Ok(())
 }

@@ -7,47 +7,14 @@ use std::time::Duration;
 
 use cairn_process::metrics::{new_registry, render};
 use cairn_protocol::messages::ToTask;
-use cairn_taskrt::exchange::{Record, StreamElement};
+use cairn_taskrt::exchange::StreamElement;
 use cairn_taskrt::exporter::TaskMetrics;
 use cairn_taskrt::metrics::{TaskCounters, TaskTimes};
-use cairn_taskrt::operator::{Operator, OperatorContext, OperatorError, SourcePoll};
 use cairn_taskrt::state::storage::CheckpointStorage;
 use cairn_taskrt::task::TaskOutcome;
 use common::*;
 
 const LABELS: &str = r#"job_id="job",vertex="v",subtask="0""#;
-
-/// A source that emits one record per poll, forever; with `pause`, it then asks not to be
-/// polled again for that long.
-struct Producer {
-    next: u64,
-    pause: Option<Duration>,
-}
-
-impl Operator for Producer {
-    fn process_record(
-        &mut self,
-        _record: Record,
-        _ctx: &mut OperatorContext<'_>,
-    ) -> Result<(), OperatorError> {
-        Ok(())
-    }
-
-    fn poll_source(&mut self, ctx: &mut OperatorContext<'_>) -> Result<SourcePoll, OperatorError> {
-        ctx.emit(rec(self.next % 16, self.next));
-        self.next += 1;
-        Ok(self.pause.map_or(SourcePoll::Emitted, SourcePoll::Idle))
-    }
-}
-
-fn producer(storage: CheckpointStorage, pause: Option<Duration>, output_capacity: usize) -> HarnessOptions {
-    let mut o =
-        HarnessOptions::new(storage, vec![("producer".into(), Box::new(Producer { next: 0, pause }))]);
-    o.inputs = 0;
-    o.is_source = true;
-    o.output_capacity = output_capacity;
-    o
-}
 
 /// The value of `name{LABELS}` in an exposition.
 fn sample(text: &str, name: &str) -> Option<f64> {
@@ -65,7 +32,7 @@ async fn a_producer_whose_consumer_does_not_drain_is_back_pressured_while_blocke
     let dir = tempfile::tempdir().unwrap();
     let mut registry = new_registry();
     let metrics = TaskMetrics::register(&mut registry);
-    let mut o = producer(CheckpointStorage::new(dir.path(), "job"), None, 8);
+    let mut o = producer(CheckpointStorage::new(dir.path(), "job"), 1, None, 8);
     o.metrics = Some(metrics);
     let h = spawn_task(o);
     h.wait_running().await;
@@ -110,7 +77,7 @@ async fn a_producer_whose_output_is_drained_is_not_back_pressured() {
     let mut registry = new_registry();
     let metrics = TaskMetrics::register(&mut registry);
     // One record every 10 ms into a channel of 4 that the test drains every 5 ms.
-    let mut o = producer(CheckpointStorage::new(dir.path(), "job"), Some(Duration::from_millis(10)), 4);
+    let mut o = producer(CheckpointStorage::new(dir.path(), "job"), 1, Some(Duration::from_millis(10)), 4);
     o.metrics = Some(metrics);
     let mut h = spawn_task(o);
     h.wait_running().await;

@@ -52,45 +52,12 @@ fn seqs(records: &[cairn_taskrt::exchange::Record]) -> Vec<u64> {
     records.iter().map(|r| r.seq).collect()
 }
 
-/// A source that emits a burst of `burst` records per poll, forever.
-struct Bursts {
-    burst: u64,
-    next: u64,
-}
-
-impl cairn_taskrt::operator::Operator for Bursts {
-    fn process_record(
-        &mut self,
-        _record: cairn_taskrt::exchange::Record,
-        _ctx: &mut cairn_taskrt::operator::OperatorContext<'_>,
-    ) -> Result<(), cairn_taskrt::operator::OperatorError> {
-        Ok(())
-    }
-
-    fn poll_source(
-        &mut self,
-        ctx: &mut cairn_taskrt::operator::OperatorContext<'_>,
-    ) -> Result<cairn_taskrt::operator::SourcePoll, cairn_taskrt::operator::OperatorError> {
-        for _ in 0..self.burst {
-            ctx.emit(rec(self.next % 16, self.next));
-            self.next += 1;
-        }
-        Ok(cairn_taskrt::operator::SourcePoll::Emitted)
-    }
-}
-
 #[tokio::test(start_paused = true)]
 async fn a_back_pressured_source_answers_a_trigger_at_once() {
     init_tracing();
     let dir = tempfile::tempdir().unwrap();
-    let mut o = HarnessOptions::new(
-        CheckpointStorage::new(dir.path(), "job"),
-        vec![("src".into(), Box::new(Bursts { burst: 5, next: 0 }))],
-    );
-    o.inputs = 0;
-    o.is_source = true;
-    o.output_capacity = 8;
-    let mut h = spawn_task(o);
+    // Bursts of 5 records into a channel of 8.
+    let mut h = spawn_task(producer(CheckpointStorage::new(dir.path(), "job"), 5, None, 8));
     h.wait_running().await;
     // Nobody reads the output: it fills. The source then waits for room for a whole burst in
     // its mailbox, not inside a send, so a trigger still reaches it.

@@ -146,6 +146,47 @@ impl Operator for Recorder {
     }
 }
 
+/// A source that emits `burst` records per poll, forever; with `pause`, it then asks not to be
+/// polled again for that long.
+pub struct Producer {
+    pub next: u64,
+    pub burst: u64,
+    pub pause: Option<Duration>,
+}
+
+impl Operator for Producer {
+    fn process_record(
+        &mut self,
+        _record: Record,
+        _ctx: &mut OperatorContext<'_>,
+    ) -> Result<(), OperatorError> {
+        Ok(())
+    }
+
+    fn poll_source(&mut self, ctx: &mut OperatorContext<'_>) -> Result<SourcePoll, OperatorError> {
+        for _ in 0..self.burst {
+            ctx.emit(rec(self.next % 16, self.next));
+            self.next += 1;
+        }
+        Ok(self.pause.map_or(SourcePoll::Emitted, SourcePoll::Idle))
+    }
+}
+
+/// A source task running a [`Producer`], its output channel holding `output_capacity`.
+pub fn producer(
+    storage: CheckpointStorage,
+    burst: u64,
+    pause: Option<Duration>,
+    output_capacity: usize,
+) -> HarnessOptions {
+    let source = Producer { next: 0, burst, pause };
+    let mut o = HarnessOptions::new(storage, vec![("producer".into(), Box::new(source))]);
+    o.inputs = 0;
+    o.is_source = true;
+    o.output_capacity = output_capacity;
+    o
+}
+
 /// A source that emits nothing but takes checkpoints, and finishes when stopped.
 pub struct IdleSource {
     pub stopped: bool,

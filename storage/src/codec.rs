@@ -6,10 +6,11 @@
 //! record kind, so an accidental change of the on-disk format fails a test instead of silently
 //! stranding existing clusters.
 
-use cairn_raft::model::StateMachineData;
+use cairn_raft::model::{JobId, StateMachineData};
 use cairn_raft::types::{LogId, StoredMembership};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 
 use crate::leaders::LeaderHistory;
 
@@ -26,6 +27,31 @@ pub(crate) fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, serde_json:
 pub(crate) struct AppliedState {
     pub last_applied: Option<LogId>,
     pub last_membership: StoredMembership,
+}
+
+/// The effects of the last apply, stored under [`crate::layout::APPLY_JOURNAL_KEY`]: its applied
+/// state, every job row it wrote (`None`: removed), and the leader history when it changed. Each
+/// row is embedded exactly as it is written under its own key.
+#[derive(Debug, Deserialize)]
+pub(crate) struct ApplyJournal {
+    pub applied: AppliedState,
+    pub rows: Vec<(JobId, Option<Box<RawValue>>)>,
+    #[serde(default)]
+    pub leaders: Option<LeaderHistory>,
+}
+
+/// Borrowing twin of [`ApplyJournal`], for writing it.
+#[derive(Serialize)]
+pub(crate) struct ApplyJournalRef<'a> {
+    pub applied: &'a AppliedState,
+    pub rows: &'a [(JobId, Option<Box<RawValue>>)],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub leaders: Option<&'a LeaderHistory>,
+}
+
+/// A value's encoding as an embeddable JSON value (what [`encode`] writes, without a copy).
+pub(crate) fn encode_raw<T: Serialize + ?Sized>(value: &T) -> Result<Box<RawValue>, serde_json::Error> {
+    serde_json::value::to_raw_value(value)
 }
 
 /// Version of the snapshot payload encoding.
@@ -129,7 +155,7 @@ mod tests {
 
     #[test]
     fn golden_format_version() {
-        assert_golden(&crate::layout::FORMAT_VERSION, "1");
+        assert_golden(&crate::layout::FORMAT_VERSION, "2");
     }
 
     #[test]

@@ -9,7 +9,7 @@
 //! | [`LOG_TREE`] | log index, big-endian `u64` (8 bytes, so byte order is index order) | `openraft::Entry<TypeConfig>` |
 //! | [`RAFT_META_TREE`] | [`VOTE_KEY`], [`COMMITTED_KEY`], [`LAST_PURGED_KEY`], [`FORMAT_KEY`] | `Vote`, `LogId`, `LogId`, `u64` |
 //! | [`SM_JOBS_TREE`] | job id (UTF-8) | `JobRecord` |
-//! | [`SM_META_TREE`] | [`APPLIED_KEY`], [`LEADERS_KEY`] | `{ last_applied, last_membership }`, `[{ term, leader_id, first_index }]` (absent while empty) |
+//! | [`SM_META_TREE`] | [`APPLIED_KEY`], [`LEADERS_KEY`], [`APPLY_JOURNAL_KEY`] | `{ last_applied, last_membership }`, `[{ term, leader_id, first_index }]` (absent while empty), `{ applied, rows: [[job id, JobRecord or null]], leaders? }` (absent until the first apply after an install) |
 //! | [`SNAPSHOT_TREE`] | [`SNAPSHOT_META_KEY`], [`SNAPSHOT_DATA_KEY`], [`SNAPSHOT_SEQ_KEY`] | `SnapshotMeta`, snapshot bytes, `u64` |
 //!
 //! The snapshot bytes are themselves JSON: `{ version, last_applied, last_membership, data,
@@ -39,7 +39,12 @@ pub const VOTE_KEY: &str = "vote";
 pub const COMMITTED_KEY: &str = "committed";
 pub const LAST_PURGED_KEY: &str = "last_purged";
 pub const FORMAT_KEY: &str = "format";
+/// The applied state as of the last installed snapshot (or, in format 1, of the last apply).
 pub const APPLIED_KEY: &str = "applied";
+/// The last apply's effects: the applied state, every job row it wrote (or removed) and the
+/// leader history if it changed. Written before those rows, so after a crash it covers whatever
+/// part of them was lost (see `state_machine`).
+pub const APPLY_JOURNAL_KEY: &str = "apply_journal";
 /// The leader history ([`crate::LeaderTerm`]s, oldest first); written only when it changes.
 pub const LEADERS_KEY: &str = "leaders";
 pub const SNAPSHOT_META_KEY: &str = "meta";
@@ -53,7 +58,14 @@ pub const SNAPSHOT_SEQ_KEY: &str = "seq";
 pub const MARKER_FILE: &str = "CAIRN_STORAGE";
 
 /// Version of this layout, recorded under [`FORMAT_KEY`] when a database is created.
-pub const FORMAT_VERSION: u64 = 1;
+///
+/// 2: applies write the apply journal ([`APPLY_JOURNAL_KEY`]) and plain rows instead of one
+/// transaction. A format-1 database is upgraded when it is opened (it has no journal, and its
+/// rows match its applied state); a build that knows only format 1 refuses a format-2 database,
+/// since it would ignore the journal.
+pub const FORMAT_VERSION: u64 = 2;
+/// The oldest format this build opens (and upgrades).
+pub const OLDEST_FORMAT_VERSION: u64 = 1;
 
 /// The key of the log entry at `index`.
 pub fn log_key(index: u64) -> [u8; 8] {
@@ -133,7 +145,7 @@ pub(crate) fn read_format(raft_meta: &sled::Tree) -> Result<Option<u64>, Storage
     }
 }
 
-/// Records [`FORMAT_VERSION`] in a new database.
+/// Records [`FORMAT_VERSION`] in a new (or upgraded) database.
 pub(crate) fn write_format(raft_meta: &sled::Tree) -> Result<(), StorageError> {
     let bytes = codec::encode(&FORMAT_VERSION).map_err(|e| StorageIOError::write(&e))?;
     raft_meta.insert(FORMAT_KEY, bytes).map_err(|e| StorageIOError::write(&e))?;

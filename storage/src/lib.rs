@@ -155,6 +155,14 @@ pub fn open_with(dir: &Path, options: &StorageOptions) -> Result<(LogStore, Stat
     let has_marker = marker.try_exists().map_err(marker_err)?;
     match layout::read_format(&trees.raft_meta).map_err(storage_err)? {
         Some(layout::FORMAT_VERSION) => {}
+        Some(found @ layout::OLDEST_FORMAT_VERSION..layout::FORMAT_VERSION) => {
+            // Format 1 holds no apply journal and rows that match its applied state, which is
+            // what format 2 reads when there is no journal. The new version is written before
+            // any journal, so (sled recovering a prefix of its writes) a database with a journal
+            // always says format 2.
+            layout::write_format(&trees.raft_meta).map_err(storage_err)?;
+            tracing::info!(path = %dir.display(), from = found, to = layout::FORMAT_VERSION, "upgraded raft storage format");
+        }
         Some(found) => {
             return Err(OpenError::UnsupportedFormat {
                 path: dir.to_owned(),

@@ -6,19 +6,27 @@
 //! [`SNAPSHOT_TREE`](crate::layout::SNAPSHOT_TREE) trees, and keeps the whole
 //! [`StateMachineData`] in memory (loaded at open) so that reads never touch the disk.
 //!
-//! The state is persisted as it is applied, not only through snapshots: `apply` writes every
-//! job row a batch touched (or its removal), the last applied log id and the last membership
-//! in one sled transaction (atomic across a crash), then publishes the new state in memory and
-//! returns the responses. Commands are applied to a working copy of the touched jobs, so a
-//! failed write leaves the in-memory state untouched.
+//! The state is persisted as it is applied, not only through snapshots. `apply` first writes
+//! the apply journal ([`APPLY_JOURNAL_KEY`]): one record holding the new applied state (last
+//! applied log id, last membership), every job row the batch touched (or its removal) and the
+//! leader history if it changed. Then it writes those rows (and the history) under their own
+//! keys, publishes the new state in memory and returns the responses. Commands are applied to a
+//! working copy of the touched jobs, so a failed write leaves the in-memory state untouched.
+//!
+//! These are single-key writes, not a sled transaction: a transaction makes sled seal and write
+//! its I/O buffer twice, each time waking every thread of sled's I/O pool, which cost more than
+//! the rest of an apply. A single-key write is atomic, and sled recovers a prefix of its writes
+//! after a crash, so opening the store reads the rows, then lays the journal over them: a
+//! journal that survived implies that every write before it survived (the previous applies'
+//! rows), and it holds exactly the rows of its own apply that may have been lost. Installing a
+//! snapshot removes the journal in the same transaction that replaces the rows.
 //!
 //! `apply` does **not** flush: the Raft log is the truth. Every applied entry is committed,
-//! hence durable in the log of a majority, before it is applied; the transaction becomes
-//! durable with the next log flush (the database is flushed as a whole) or snapshot. A node
-//! that loses power may come back with an older applied id and rows that match it (sled
-//! recovers a prefix of its writes, and each transaction whole); openraft then re-applies the
-//! entries after it. Entries are purged only behind a snapshot, and building or installing a
-//! snapshot flushes, so the entries to re-apply are always still in the log.
+//! hence durable in the log of a majority, before it is applied; the writes become durable
+//! with the next log flush (the database is flushed as a whole) or snapshot. A node that loses
+//! power may come back with an older applied id and rows that match it; openraft then
+//! re-applies the entries after it. Entries are purged only behind a snapshot, and building or
+//! installing a snapshot flushes, so the entries to re-apply are always still in the log.
 //!
 //! The in-memory state sits behind an `Arc<std::sync::RwLock<..>>` shared with the
 //! [`SnapshotBuilder`] and with [`StateReader`]s; the lock is only ever held for synchronous
@@ -34,12 +42,16 @@ use cairn_raft::model::{CommandResponse, JobId, JobRecord, StateMachineData};
 use cairn_raft::types::{Entry, LogId, Snapshot, SnapshotMeta, StorageError, StoredMembership};
 use openraft::storage::RaftStateMachine;
 use openraft::{AnyError, EntryPayload, OptionalSend, RaftSnapshotBuilder, StorageIOError};
+use serde_json::value::RawValue;
 use sled::IVec;
 use sled::transaction::{ConflictableTransactionError, TransactionError, Transactional};
 
-use crate::codec::{self, AppliedState, SNAPSHOT_VERSION, SnapshotPayload, SnapshotPayloadRef};
+use crate::codec::{
+    self, AppliedState, ApplyJournal, ApplyJournalRef, SNAPSHOT_VERSION, SnapshotPayload, SnapshotPayloadRef,
+};
 use crate::layout::{
-    APPLIED_KEY, FlushError, LEADERS_KEY, SNAPSHOT_DATA_KEY, SNAPSHOT_META_KEY, SNAPSHOT_SEQ_KEY, Trees,
+    APPLIED_KEY, APPLY_JOURNAL_KEY, FlushError, LEADERS_KEY, SNAPSHOT_DATA_KEY, SNAPSHOT_META_KEY,
+    SNAPSHOT_SEQ_KEY, Trees,
 };
 use crate::leaders::{LeaderHistory, LeaderTerm};
 
@@ -81,7 +93,8 @@ impl std::fmt::Debug for StateMachineStore {
 }
 
 impl StateMachineStore {
-    /// Loads every job row and the applied state, and checks the current snapshot's metadata.
+    /// Loads every job row and the applied state, lays the apply journal over them (see the
+    /// module documentation), and checks the current snapshot's metadata.
     pub(crate) fn open(trees: &Trees) -> Result<Self, StorageError> {
         let mut data = StateMachineData::default();
         for item in trees.jobs.iter() {
@@ -89,8 +102,27 @@ impl StateMachineStore {
             let job = decode_job(&key, &value)?;
             data.jobs.insert(job.id.clone(), job);
         }
-        let applied: AppliedState = read_meta_record(&trees.sm_meta, APPLIED_KEY, "applied state")?;
-        let leaders: LeaderHistory = read_meta_record(&trees.sm_meta, LEADERS_KEY, "leader history")?;
+        let mut applied: AppliedState = read_meta_record(&trees.sm_meta, APPLIED_KEY, "applied state")?;
+        let mut leaders: LeaderHistory = read_meta_record(&trees.sm_meta, LEADERS_KEY, "leader history")?;
+        let journal: Option<ApplyJournal> =
+            read_meta_record(&trees.sm_meta, APPLY_JOURNAL_KEY, "apply journal")?;
+        if let Some(journal) = journal {
+            for (id, row) in journal.rows {
+                match row {
+                    Some(raw) => {
+                        let job = decode_job(id.as_str().as_bytes(), raw.get().as_bytes())?;
+                        data.jobs.insert(id, job);
+                    }
+                    None => {
+                        data.jobs.remove(&id);
+                    }
+                }
+            }
+            applied = journal.applied;
+            if let Some(history) = journal.leaders {
+                leaders = history;
+            }
+        }
         leaders.check().map_err(|e| StorageIOError::read_state_machine(AnyError::error(e)))?;
         read_snapshot_meta(&trees.snapshot)?;
         let state = Arc::new(RwLock::new(SmState { data, applied, leaders }));
@@ -169,39 +201,35 @@ impl StateMachineStore {
             responses.push(response);
         }
 
-        // One transaction: every touched row (or its removal) plus the applied state.
+        // The journal, then the rows and the history it covers (see the module documentation).
         let apply_err = |e: &(dyn std::error::Error + 'static)| {
             StorageIOError::apply(last_log_id, AnyError::from_dyn(e, None))
         };
-        let mut rows: Vec<(JobId, Option<IVec>)> = Vec::with_capacity(touched.len());
+        let mut rows: Vec<(JobId, Option<Box<RawValue>>)> = Vec::with_capacity(touched.len());
         for id in &touched {
             let value = match work.jobs.get(id) {
-                Some(job) => Some(IVec::from(codec::encode(job).map_err(|e| apply_err(&e))?)),
+                Some(job) => Some(codec::encode_raw(job).map_err(|e| apply_err(&e))?),
                 None => None,
             };
             rows.push((id.clone(), value));
         }
-        let applied_bytes = IVec::from(codec::encode(&applied).map_err(|e| apply_err(&e))?);
         let leaders = leaders.filter(|_| new_leader);
-        let leaders_bytes = match &leaders {
-            Some(history) => Some(IVec::from(codec::encode(history).map_err(|e| apply_err(&e))?)),
-            None => None,
-        };
-        (&self.trees.jobs, &self.trees.sm_meta)
-            .transaction(|(jobs, meta)| {
-                for (id, value) in &rows {
-                    match value {
-                        Some(v) => jobs.insert(id.as_str().as_bytes(), v.clone())?,
-                        None => jobs.remove(id.as_str().as_bytes())?,
-                    };
-                }
-                meta.insert(APPLIED_KEY, applied_bytes.clone())?;
-                if let Some(bytes) = &leaders_bytes {
-                    meta.insert(LEADERS_KEY, bytes.clone())?;
-                }
-                Ok::<_, ConflictableTransactionError<Infallible>>(())
-            })
-            .map_err(|e: TransactionError<Infallible>| apply_err(&e))?;
+        let journal =
+            codec::encode(&ApplyJournalRef { applied: &applied, rows: &rows, leaders: leaders.as_ref() })
+                .map_err(|e| apply_err(&e))?;
+        self.trees.sm_meta.insert(APPLY_JOURNAL_KEY, journal).map_err(|e| apply_err(&e))?;
+        for (id, value) in &rows {
+            let key = id.as_str().as_bytes();
+            match value {
+                Some(raw) => self.trees.jobs.insert(key, raw.get().as_bytes()).map(drop),
+                None => self.trees.jobs.remove(key).map(drop),
+            }
+            .map_err(|e| apply_err(&e))?;
+        }
+        if let Some(history) = &leaders {
+            let bytes = codec::encode(history).map_err(|e| apply_err(&e))?;
+            self.trees.sm_meta.insert(LEADERS_KEY, bytes).map_err(|e| apply_err(&e))?;
+        }
         // Not flushed: the entries are durable in the log already, and a node that loses these
         // rows in a crash re-applies the entries from its durable applied id (see the module
         // documentation). The next log flush, or any snapshot, makes them durable.
@@ -273,6 +301,9 @@ impl StateMachineStore {
                 }
                 sm_meta.insert(APPLIED_KEY, applied_bytes.clone())?;
                 sm_meta.insert(LEADERS_KEY, leaders_bytes.clone())?;
+                // The journal describes an apply before this snapshot: it must not be laid
+                // over the snapshot's rows at the next open.
+                sm_meta.remove(APPLY_JOURNAL_KEY)?;
                 snapshot.insert(SNAPSHOT_META_KEY, meta_bytes.clone())?;
                 snapshot.insert(SNAPSHOT_DATA_KEY, data_bytes.clone())?;
                 Ok::<_, ConflictableTransactionError<Infallible>>(())

@@ -150,6 +150,35 @@ async fn garbage_applied_state_fails_open() {
 }
 
 #[tokio::test]
+async fn garbage_apply_journal_fails_open() {
+    for garbage in [&b"nope"[..], br#"{"applied":{}}"#, br#"{"applied":null,"rows":[["b",{"id":"b"}]]}"#] {
+        let dir = TempDir::new().unwrap();
+        populate(dir.path()).await;
+        tamper(dir.path(), |db| put(db, layout::SM_META_TREE, layout::APPLY_JOURNAL_KEY.as_bytes(), garbage));
+        let msg = expect_corrupt(reopen(dir.path()));
+        assert!(msg.contains("StateMachine"), "{msg}");
+    }
+}
+
+/// A journal naming a job row that does not match its id is as corrupt as such a row.
+#[tokio::test]
+async fn apply_journal_row_under_the_wrong_id_fails_open() {
+    let dir = TempDir::new().unwrap();
+    populate(dir.path()).await;
+    tamper(dir.path(), |db| {
+        let meta = db.open_tree(layout::SM_META_TREE).unwrap();
+        let journal = meta.get(layout::APPLY_JOURNAL_KEY).unwrap().unwrap();
+        let text = String::from_utf8(journal.to_vec()).unwrap();
+        let a_row = db.open_tree(layout::SM_JOBS_TREE).unwrap().get("a").unwrap().unwrap();
+        let a_row = String::from_utf8(a_row.to_vec()).unwrap();
+        let damaged = text.replacen(r#""rows":["#, &format!(r#""rows":[["b",{a_row}],"#), 1);
+        assert_ne!(damaged, text);
+        meta.insert(layout::APPLY_JOURNAL_KEY, damaged.as_bytes()).unwrap();
+    });
+    expect_corrupt(reopen(dir.path()));
+}
+
+#[tokio::test]
 async fn garbage_snapshot_meta_fails_open() {
     let dir = TempDir::new().unwrap();
     populate(dir.path()).await;
@@ -186,7 +215,7 @@ async fn unknown_format_version_fails_open() {
     populate(dir.path()).await;
     tamper(dir.path(), |db| put(db, layout::RAFT_META_TREE, layout::FORMAT_KEY.as_bytes(), b"99"));
     match reopen(dir.path()) {
-        Err(OpenError::UnsupportedFormat { found: 99, expected: 1, .. }) => {}
+        Err(OpenError::UnsupportedFormat { found: 99, expected: 2, .. }) => {}
         Err(e) => panic!("unexpected error {e}"),
         Ok(_) => panic!("opened a database of an unknown format"),
     }
@@ -238,7 +267,9 @@ async fn lost_applied_state_behind_purged_log_fails_open() {
         log.purge(log_id(1, 3)).await.unwrap();
     }
     tamper(dir.path(), |db| {
-        db.open_tree(layout::SM_META_TREE).unwrap().remove(layout::APPLIED_KEY).unwrap();
+        let meta = db.open_tree(layout::SM_META_TREE).unwrap();
+        meta.remove(layout::APPLIED_KEY).unwrap();
+        meta.remove(layout::APPLY_JOURNAL_KEY).unwrap();
     });
     assert!(matches!(reopen(dir.path()), Err(OpenError::Inconsistent { .. })));
 }
@@ -250,6 +281,7 @@ async fn applied_state_behind_snapshot_fails_open() {
     tamper(dir.path(), |db| {
         let applied = br#"{"last_applied":{"leader_id":{"term":1,"node_id":1},"index":2},"last_membership":{"log_id":null,"membership":{"configs":[],"nodes":{}}}}"#;
         put(db, layout::SM_META_TREE, layout::APPLIED_KEY.as_bytes(), applied);
+        db.open_tree(layout::SM_META_TREE).unwrap().remove(layout::APPLY_JOURNAL_KEY).unwrap();
     });
     let err = reopen(dir.path()).err().map(|e| e.to_string()).unwrap_or_default();
     assert!(err.contains("inconsistent"), "{err}");

@@ -2,9 +2,9 @@
 
 mod common;
 
-use cairn_raft::model::{CommandResponse, Outcome};
+use cairn_raft::model::{Command, CommandResponse, JobStatus, Outcome};
 use cairn_raft::types::Vote;
-use cairn_storage::{LeaderTerm, open};
+use cairn_storage::{LeaderTerm, layout, open};
 use common::*;
 use openraft::storage::{RaftLogStorage, RaftStateMachine};
 use openraft::{RaftLogReader, RaftSnapshotBuilder};
@@ -140,4 +140,111 @@ async fn lone_and_batched_appends_survive_restart() {
     let (mut log, _sm) = open(dir.path()).unwrap();
     assert_eq!(log.try_get_log_entries(..).await.unwrap(), entries);
     assert_eq!(log.get_log_state().await.unwrap().last_log_id, Some(log_id(1, 40)));
+}
+
+/// Opens the database with sled directly (once the stores released it) and lets `f` change it,
+/// as a crash that kept only some of the latest writes would have left it.
+fn tamper(dir: &std::path::Path, f: impl FnOnce(&sled::Db)) {
+    let db = when_released(|| sled::open(dir)).unwrap();
+    f(&db);
+    db.flush().unwrap();
+}
+
+/// An apply writes its journal first and its rows after it: a crash that kept the journal but
+/// lost rows written after it (or kept older ones) loses nothing, because the open lays the
+/// journal over the rows.
+#[tokio::test]
+async fn rows_lost_after_the_apply_journal_come_back_from_it() {
+    let dir = TempDir::new().unwrap();
+    let older_a = {
+        let (_log, mut sm) = open(dir.path()).unwrap();
+        sm.apply(vec![membership(1, 1, &[1]), normal(1, 2, register("a"))]).await.unwrap();
+        let older_a = sm.reader().job(&job_id("a")).unwrap();
+        // The last apply: a new leader, "a" advanced, "b" registered, "c" registered and gone.
+        let responses = sm
+            .apply(vec![
+                blank(2, 3),
+                normal(2, 4, allocate("a")),
+                normal(2, 5, register("b")),
+                normal(2, 6, register("c")),
+                normal(2, 7, Command::SetJobStatus { job: job_id("c"), status: JobStatus::Canceled }),
+                normal(2, 8, Command::RemoveJob { job: job_id("c") }),
+            ])
+            .await
+            .unwrap();
+        assert!(responses.iter().all(|r| r.0.is_ok()), "{responses:?}");
+        older_a
+    };
+    tamper(dir.path(), |db| {
+        let jobs = db.open_tree(layout::SM_JOBS_TREE).unwrap();
+        jobs.insert("a", serde_json::to_vec(&older_a).unwrap()).unwrap();
+        jobs.remove("b").unwrap();
+        // A row the journal removes, still present.
+        let renamed = String::from_utf8(jobs.get("a").unwrap().unwrap().to_vec())
+            .unwrap()
+            .replace(r#""id":"a""#, r#""id":"c""#);
+        jobs.insert("c", renamed.as_bytes()).unwrap();
+        db.open_tree(layout::SM_META_TREE).unwrap().remove(layout::LEADERS_KEY).unwrap();
+    });
+    let (_log, sm) = open(dir.path()).unwrap();
+    let reader = sm.reader();
+    assert_eq!(reader.job(&job_id("a")).unwrap().next_checkpoint_id, 2, "a's lost row came back");
+    assert!(reader.job(&job_id("b")).is_some(), "b's lost row came back");
+    assert!(reader.job(&job_id("c")).is_none(), "c's removal came back");
+    assert_eq!(reader.last_applied(), Some(log_id(2, 8)));
+    assert_eq!(reader.leader_history(), [LeaderTerm { term: 2, leader_id: 1, first_index: 3 }]);
+}
+
+/// Installing a snapshot removes the journal of the applies before it: opening the store
+/// afterwards shows the snapshot's state, not the snapshot with an older apply laid over it.
+#[tokio::test]
+async fn an_installed_snapshot_replaces_the_apply_journal() {
+    let other = TempDir::new().unwrap();
+    let snapshot = {
+        let (_log, mut sm) = open(other.path()).unwrap();
+        sm.apply(vec![membership(1, 1, &[1]), normal(1, 2, register("s")), normal(1, 3, allocate("s"))])
+            .await
+            .unwrap();
+        sm.get_snapshot_builder().await.build_snapshot().await.unwrap()
+    };
+    let dir = TempDir::new().unwrap();
+    {
+        let (_log, mut sm) = open(dir.path()).unwrap();
+        sm.apply(vec![membership(1, 1, &[1]), normal(1, 2, register("a"))]).await.unwrap();
+        sm.install_snapshot(&snapshot.meta, snapshot.snapshot).await.unwrap();
+    }
+    let (_log, sm) = open(dir.path()).unwrap();
+    let reader = sm.reader();
+    assert_eq!(reader.jobs().iter().map(|j| j.id.to_string()).collect::<Vec<_>>(), ["s"]);
+    assert_eq!(reader.job(&job_id("s")).unwrap().next_checkpoint_id, 2);
+    assert_eq!(reader.last_applied(), Some(log_id(1, 3)));
+}
+
+/// A database written by a build of format 1 (rows and applied state written together, no
+/// journal) opens with its state and is marked format 2 before anything is applied.
+#[tokio::test]
+async fn a_format_1_database_opens_and_is_upgraded() {
+    let dir = TempDir::new().unwrap();
+    {
+        let (_log, mut sm) = open(dir.path()).unwrap();
+        sm.apply(vec![membership(1, 1, &[1]), normal(1, 2, register("a")), normal(1, 3, allocate("a"))])
+            .await
+            .unwrap();
+    }
+    let applied = br#"{"last_applied":{"leader_id":{"term":1,"node_id":1},"index":3},"last_membership":{"log_id":{"leader_id":{"term":1,"node_id":1},"index":1},"membership":{"configs":[[1]],"nodes":{"1":{"addr":"127.0.0.1:7001"}}}}}"#;
+    tamper(dir.path(), |db| {
+        let meta = db.open_tree(layout::SM_META_TREE).unwrap();
+        meta.remove(layout::APPLY_JOURNAL_KEY).unwrap();
+        meta.insert(layout::APPLIED_KEY, &applied[..]).unwrap();
+        db.open_tree(layout::RAFT_META_TREE).unwrap().insert(layout::FORMAT_KEY, "1").unwrap();
+    });
+    {
+        let (_log, sm) = open(dir.path()).unwrap();
+        assert_eq!(sm.reader().job(&job_id("a")).unwrap().next_checkpoint_id, 2);
+        assert_eq!(sm.reader().last_applied(), Some(log_id(1, 3)));
+    }
+    tamper(dir.path(), |db| {
+        let format = db.open_tree(layout::RAFT_META_TREE).unwrap().get(layout::FORMAT_KEY).unwrap();
+        assert_eq!(format.as_deref(), Some(&b"2"[..]));
+    });
 }

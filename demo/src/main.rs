@@ -25,6 +25,10 @@ use clap::Parser;
 use tonic::Code;
 use tracing_subscriber::EnvFilter;
 
+/// mimalloc instead of glibc's malloc: see the workspace manifest.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "cairn-demo",

@@ -14,6 +14,10 @@ use cairn_proto::auth::secret_from_env;
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
+/// mimalloc instead of glibc's malloc: see the workspace manifest.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Command-line flags. Each one overrides the config file; each has a `CAIRN_*` environment
 /// variable that does the same (flags win over the environment).
 #[derive(Debug, Parser)]

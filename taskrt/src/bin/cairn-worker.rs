@@ -20,6 +20,10 @@ use clap::{Parser, Subcommand};
 use tokio::sync::oneshot;
 use tracing_subscriber::EnvFilter;
 
+/// mimalloc instead of glibc's malloc: see the workspace manifest.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Debug, Parser)]
 #[command(name = "cairn-worker", version, about = "Cairn task runtime")]
 struct Cli {

@@ -28,6 +28,10 @@ use cairn_tests::scripted::{FromLeader, ScriptedWorker, attempt_id, report_all_r
 use clap::Parser;
 use hdrhistogram::Histogram;
 
+/// mimalloc instead of glibc's malloc: see the workspace manifest.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 struct Args {
     /// Checkpoints per scenario.

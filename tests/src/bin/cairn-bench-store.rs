@@ -25,6 +25,10 @@ use cairn_tests::inproc::InProcCluster;
 use clap::Parser;
 use hdrhistogram::Histogram;
 
+/// mimalloc instead of glibc's malloc: see the workspace manifest.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 struct Args {
     /// Allocations per throughput scenario.

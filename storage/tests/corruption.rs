@@ -35,13 +35,6 @@ fn reopen(dir: &Path) -> Result<(cairn_storage::LogStore, cairn_storage::StateMa
     common::when_released(|| open(dir))
 }
 
-/// Opens the database with sled directly and lets `f` damage it.
-fn tamper(dir: &Path, f: impl FnOnce(&sled::Db)) {
-    let db = common::when_released(|| sled::open(dir)).unwrap();
-    f(&db);
-    db.flush().unwrap();
-}
-
 fn put(db: &sled::Db, tree: &str, key: &[u8], value: &[u8]) {
     db.open_tree(tree).unwrap().insert(key, value).unwrap();
 }

@@ -142,14 +142,6 @@ async fn lone_and_batched_appends_survive_restart() {
     assert_eq!(log.get_log_state().await.unwrap().last_log_id, Some(log_id(1, 40)));
 }
 
-/// Opens the database with sled directly (once the stores released it) and lets `f` change it,
-/// as a crash that kept only some of the latest writes would have left it.
-fn tamper(dir: &std::path::Path, f: impl FnOnce(&sled::Db)) {
-    let db = when_released(|| sled::open(dir)).unwrap();
-    f(&db);
-    db.flush().unwrap();
-}
-
 /// An apply writes its journal first and its rows after it: a crash that kept the journal but
 /// lost rows written after it (or kept older ones) loses nothing, because the open lays the
 /// journal over the rows.

@@ -102,3 +102,11 @@ pub fn when_released<T, E: std::fmt::Display>(mut open: impl FnMut() -> Result<T
         }
     }
 }
+
+/// Opens the database in `dir` with sled directly, once the stores released it, and lets `f`
+/// change it: damage, or what a crash that kept only some of the latest writes leaves behind.
+pub fn tamper(dir: &Path, f: impl FnOnce(&sled::Db)) {
+    let db = when_released(|| sled::open(dir)).unwrap_or_else(|e| panic!("open {}: {e}", dir.display()));
+    f(&db);
+    db.flush().unwrap_or_else(|e| panic!("flush {}: {e}", dir.display()));
+}

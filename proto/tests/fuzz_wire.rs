@@ -13,7 +13,7 @@ mod harness;
 
 use cairn_proto::v1::{
     AttachedTask, GatewayError, Heartbeat, LeaderMessage, RaftPayload, RegisterWorker, Registered, Report,
-    ReportsConfirmed, TaskTime, TaskTimes, WorkerMessage, leader_message, worker_message,
+    ReportBatch, ReportsConfirmed, TaskTime, TaskTimes, WorkerMessage, leader_message, worker_message,
 };
 use harness::{ByteOp, Verdict, apply_bytes, byte_ops, config, few_byte_ops, fuzz};
 use proptest::prelude::*;
@@ -71,6 +71,10 @@ fn worker_message() -> impl Strategy<Value = WorkerMessage> {
         u64s().prop_map(|sequence| worker_message::Body::Heartbeat(Heartbeat { sequence })),
         json_bytes().prop_map(worker_message::Body::ReportJson),
         (u64s(), json_bytes()).prop_map(|(seq, json)| worker_message::Body::Report(Report { seq, json })),
+        prop::collection::vec((u64s(), json_bytes()), 0..4).prop_map(|reports| {
+            let reports = reports.into_iter().map(|(seq, json)| Report { seq, json }).collect();
+            worker_message::Body::Reports(ReportBatch { reports })
+        }),
         prop::collection::vec(task_time(), 0..4)
             .prop_map(|tasks| worker_message::Body::TaskTimes(TaskTimes { tasks })),
     ];
@@ -93,13 +97,16 @@ fn task_time() -> impl Strategy<Value = TaskTime> {
 
 fn leader_message() -> impl Strategy<Value = LeaderMessage> {
     let body = prop_oneof![
-        (u64s(), u64s(), u64s()).prop_map(|(leader_id, heartbeat_interval_ms, heartbeat_timeout_ms)| {
-            leader_message::Body::Registered(Registered {
-                leader_id,
-                heartbeat_interval_ms,
-                heartbeat_timeout_ms,
-            })
-        }),
+        (u64s(), u64s(), u64s(), any::<bool>()).prop_map(
+            |(leader_id, heartbeat_interval_ms, heartbeat_timeout_ms, report_batches)| {
+                leader_message::Body::Registered(Registered {
+                    leader_id,
+                    heartbeat_interval_ms,
+                    heartbeat_timeout_ms,
+                    report_batches,
+                })
+            }
+        ),
         u64s().prop_map(|sequence| leader_message::Body::Heartbeat(Heartbeat { sequence })),
         json_bytes().prop_map(leader_message::Body::DeployJson),
         json_bytes().prop_map(leader_message::Body::CommandJson),

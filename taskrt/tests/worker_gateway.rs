@@ -215,6 +215,46 @@ async fn acknowledgements_the_leader_did_not_confirm_are_sent_again_on_the_next_
     worker.shutdown().await;
 }
 
+/// To a leader that takes batches, reports waiting together go out together: the reports a
+/// broken stream left unconfirmed are all waiting when the next stream attaches, and arrive in
+/// one message, in order; what follows is still confirmed and never sent again.
+#[tokio::test]
+async fn reports_waiting_together_go_to_a_batching_leader_in_one_message() {
+    init_tracing();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mode = LeaderMode { confirms: false, ..LeaderMode::new(2) };
+    let mut leader = FakeReplica::start(Mode::Leader(mode)).await;
+    let worker = Worker::start(config(&[&leader.addr])).expect("starts");
+    let mut session = leader.next_session().await;
+    session.deploy(2, &demo_deployment(dir.path(), 1)).await;
+    all_running(&worker, 1).await;
+    session.command(2, &trigger(1, 1)).await;
+    session.reports_until("acknowledgements of checkpoint 1", |r| acks_of(r, 1) == DEMO_TASKS).await;
+    let unconfirmed: Vec<u64> = session.messages.lock().expect("messages lock").concat();
+    assert!(
+        session.messages.lock().expect("messages lock").iter().all(|m| m.len() == 1),
+        "a leader that did not announce batches got one"
+    );
+    drop(session);
+
+    leader.set_mode(Mode::Leader(LeaderMode { batches: true, ..LeaderMode::new(2) }));
+    let mut again = leader.next_session().await;
+    again.reports_until("the unconfirmed reports again", |r| acks_of(r, 1) == DEMO_TASKS).await;
+    let first = again.messages.lock().expect("messages lock").first().cloned();
+    assert_eq!(first, Some(unconfirmed), "the unconfirmed reports did not come as one batch, in order");
+    again.command(2, &trigger(1, 2)).await;
+    again.reports_until("acknowledgements of checkpoint 2", |r| acks_of(r, 2) == DEMO_TASKS).await;
+    let seqs: Vec<u64> = again.messages.lock().expect("messages lock").concat();
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "reports out of order: {seqs:?}");
+    drop(again);
+    let mut third = leader.next_session().await;
+    third.command(2, &trigger(1, 3)).await;
+    let reports =
+        third.reports_until("acknowledgements of checkpoint 3", |r| acks_of(r, 3) == DEMO_TASKS).await;
+    assert_eq!(acks_of(&reports, 2), 0, "confirmed batched reports were sent again: {reports:?}");
+    worker.shutdown().await;
+}
+
 #[tokio::test]
 async fn reregisters_running_tasks_after_the_stream_breaks_without_restarting_them() {
     init_tracing();
@@ -541,6 +581,9 @@ mod fake {
         pub confirms: bool,
         /// Send heartbeats at the interval.
         pub heartbeats: bool,
+        /// Announce that several reports may come in one message. A worker that sends a batch
+        /// to a leader that did not announce it fails the test.
+        pub batches: bool,
     }
 
     impl LeaderMode {
@@ -552,6 +595,7 @@ mod fake {
                 heartbeat_timeout_ms: 10_000,
                 heartbeats: true,
                 confirms: true,
+                batches: false,
             }
         }
     }
@@ -642,6 +686,8 @@ mod fake {
         heartbeats: Arc<AtomicUsize>,
         closed: Arc<AtomicBool>,
         received: Vec<TaskMessage>,
+        /// The sequence numbers of every stream message's reports, in arrival order.
+        pub messages: Arc<Mutex<Vec<Vec<u64>>>>,
     }
 
     impl FakeSession {
@@ -701,6 +747,7 @@ mod fake {
                 leader_id: mode.leader_id,
                 heartbeat_interval_ms: mode.heartbeat_interval_ms,
                 heartbeat_timeout_ms: mode.heartbeat_timeout_ms,
+                report_batches: mode.batches,
             })),
         }
     }
@@ -736,6 +783,7 @@ mod fake {
                 let (reports_tx, reports) = mpsc::channel(4096);
                 let heartbeats = Arc::new(AtomicUsize::new(0));
                 let closed = Arc::new(AtomicBool::new(false));
+                let messages = Arc::new(Mutex::new(Vec::new()));
                 let session = FakeSession {
                     register,
                     to_worker,
@@ -743,6 +791,7 @@ mod fake {
                     heartbeats: heartbeats.clone(),
                     closed: closed.clone(),
                     received: Vec::new(),
+                    messages: messages.clone(),
                 };
                 if sessions.send(session).await.is_err() {
                     return;
@@ -760,13 +809,24 @@ mod fake {
                             Ok(Some(WorkerMessage { body: Some(worker_message::Body::Heartbeat(_)) })) => {
                                 heartbeats.fetch_add(1, Ordering::SeqCst);
                             }
-                            Ok(Some(WorkerMessage { body: Some(worker_message::Body::Report(r)) })) => {
-                                let report: TaskMessage = serde_json::from_slice(&r.json).expect("a report decodes");
-                                let _ = reports_tx.try_send(report);
-                                if mode.confirms {
+                            Ok(Some(WorkerMessage { body: Some(body @ (worker_message::Body::Report(_) | worker_message::Body::Reports(_))) })) => {
+                                let reports = match body {
+                                    worker_message::Body::Reports(batch) => {
+                                        assert!(mode.batches, "a batch of reports to a leader that did not announce batches");
+                                        batch.reports
+                                    }
+                                    worker_message::Body::Report(r) => vec![r],
+                                    _ => Vec::new(),
+                                };
+                                messages.lock().expect("messages lock").push(reports.iter().map(|r| r.seq).collect());
+                                for r in &reports {
+                                    let report: TaskMessage = serde_json::from_slice(&r.json).expect("a report decodes");
+                                    let _ = reports_tx.try_send(report);
+                                }
+                                if mode.confirms && let Some(last) = reports.last() {
                                     let confirmed = LeaderMessage {
                                         term: mode.term,
-                                        body: Some(leader_message::Body::Confirmed(ReportsConfirmed { up_to: r.seq })),
+                                        body: Some(leader_message::Body::Confirmed(ReportsConfirmed { up_to: last.seq })),
                                     };
                                     let _ = tx.try_send(Ok(confirmed));
                                 }

@@ -23,6 +23,8 @@ pub struct ScriptedWorker {
     pub leader_addr: String,
     /// How often the leader wants a heartbeat (from its `registered`).
     pub heartbeat_interval: Duration,
+    /// Whether the leader takes several reports per message (from its `registered`).
+    pub report_batches: bool,
     tx: mpsc::Sender<WorkerMessage>,
     rx: Streaming<LeaderMessage>,
 }
@@ -104,6 +106,7 @@ impl ScriptedWorker {
                 term: first.term,
                 leader_addr: addr.to_owned(),
                 heartbeat_interval: Duration::from_millis(r.heartbeat_interval_ms.max(1)),
+                report_batches: r.report_batches,
                 tx,
                 rx,
             }),

@@ -9,13 +9,18 @@
 //! records what it sees per job in the fleet's [`Observed`] table: deployments, and for every
 //! completed checkpoint the time from the trigger reaching the worker to the completion
 //! notice reaching it.
+//!
+//! Like a real worker, a simulated one sends the reports one leader message produced as one
+//! numbered batch when the leader takes batches (a trigger's acknowledgements of all the job's
+//! tasks on the worker go out together).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use cairn_proto::v1::{
-    AttachedTask, Heartbeat, LeaderMessage, WorkerMessage, leader_message, worker_message,
+    AttachedTask, Heartbeat, LeaderMessage, Report, ReportBatch, WorkerMessage, leader_message,
+    worker_message,
 };
 use cairn_protocol::checkpoint::{SubtaskState, TaskCheckpointMetrics};
 use cairn_protocol::messages::{Deployment, TaskAttemptId, TaskCommand, TaskMessage, TaskStatus, ToTask};
@@ -30,6 +35,8 @@ use crate::scripted::{ScriptedWorker, attempt_id, subtasks};
 const ATTACH_ROUND: Duration = Duration::from_secs(30);
 /// Triggers remembered per job (for the end-to-end figure of their completion).
 const TRIGGERS_KEPT: usize = 64;
+/// Most reports per batch, as a real worker sends them.
+const BATCH_REPORTS: usize = 256;
 
 /// One completed checkpoint, as a worker saw it.
 #[derive(Debug, Clone, Copy)]
@@ -100,6 +107,7 @@ impl Fleet {
                 config: config.clone(),
                 observed: observed.clone(),
                 jobs: BTreeMap::new(),
+                next_seq: 0,
                 stop: stopped.clone(),
             };
             workers.spawn(worker.run());
@@ -127,6 +135,8 @@ struct SimWorker {
     config: FleetConfig,
     observed: Observed,
     jobs: BTreeMap<String, SimJob>,
+    /// Number of the last report sent in a batch (for the life of the worker).
+    next_seq: u64,
     stop: watch::Receiver<bool>,
 }
 
@@ -164,8 +174,9 @@ impl SimWorker {
                 }
             };
             let interval = worker.heartbeat_interval;
+            let batches = worker.report_batches;
             let (tx, rx) = worker.into_parts();
-            match self.serve(tx, rx, interval).await {
+            match self.serve(tx, rx, interval, batches).await {
                 End::Stopped => return,
                 End::Lost => tracing::info!(worker = %self.id, "lost the leader; attaching again"),
             }
@@ -192,6 +203,7 @@ impl SimWorker {
         tx: mpsc::Sender<WorkerMessage>,
         mut rx: Streaming<LeaderMessage>,
         interval: Duration,
+        batches: bool,
     ) -> End {
         let mut beat = tokio::time::interval(interval);
         beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -216,14 +228,8 @@ impl SimWorker {
                         Ok(Some(_)) => continue,
                         Ok(None) | Err(_) => return End::Lost,
                     };
-                    for report in self.on_message(body) {
-                        let body = match serde_json::to_vec(&report) {
-                            Ok(json) => worker_message::Body::ReportJson(json),
-                            Err(error) => {
-                                tracing::error!(worker = %self.id, %error, "cannot encode a report");
-                                continue;
-                            }
-                        };
+                    let reports = self.on_message(body);
+                    for body in self.encode(reports, batches) {
                         if tx.send(WorkerMessage { body: Some(body) }).await.is_err() {
                             return End::Lost;
                         }
@@ -231,6 +237,35 @@ impl SimWorker {
                 }
             }
         }
+    }
+
+    /// The stream messages carrying `reports`: one numbered batch if the leader takes batches
+    /// (as a real worker's outbox sends them), else one unnumbered message per report.
+    fn encode(&mut self, reports: Vec<TaskMessage>, batches: bool) -> Vec<worker_message::Body> {
+        let mut encoded = Vec::with_capacity(reports.len());
+        for report in &reports {
+            match serde_json::to_vec(report) {
+                Ok(json) => encoded.push(json),
+                Err(error) => tracing::error!(worker = %self.id, %error, "cannot encode a report"),
+            }
+        }
+        if !batches {
+            return encoded.into_iter().map(worker_message::Body::ReportJson).collect();
+        }
+        let mut bodies = Vec::new();
+        let mut rest = encoded.into_iter().peekable();
+        while rest.peek().is_some() {
+            let reports = rest
+                .by_ref()
+                .take(BATCH_REPORTS)
+                .map(|json| {
+                    self.next_seq += 1;
+                    Report { seq: self.next_seq, json }
+                })
+                .collect();
+            bodies.push(worker_message::Body::Reports(ReportBatch { reports }));
+        }
+        bodies
     }
 
     /// Handles one leader message; returns the reports to send.

@@ -9,7 +9,7 @@ use anyhow::Context;
 use cairn_client::LeaderClient;
 use cairn_proto::leader_hint::parse_not_leader;
 use cairn_proto::v1::task_gateway_client::TaskGatewayClient;
-use cairn_proto::v1::{Heartbeat, Report, TaskTime, TaskTimes, WorkerMessage, worker_message};
+use cairn_proto::v1::{Heartbeat, Report, ReportBatch, TaskTime, TaskTimes, WorkerMessage, worker_message};
 use cairn_protocol::checkpoint::{SubtaskState, TaskCheckpointMetrics};
 use cairn_protocol::messages::{Deployment, TaskMessage, TaskStatus, ToTask};
 use cairn_raft::model::JobId;
@@ -362,6 +362,169 @@ async fn numbered_reports_are_answered_in_order() -> anyhow::Result<()> {
     assert!(refusal.message.contains("report.json"), "{}", refusal.message);
     assert!(*confirmed_before < bad_seq, "report {bad_seq} was confirmed before its refusal");
     // Every running report was handled: the job runs.
+    wait::until("the job to run", T, || async {
+        let r = cluster.client().ok()?.job_runtimes().await.ok()?;
+        r.jobs.iter().any(|j| j.job_id == "j" && j.phase == "running").then_some(())
+    })
+    .await?;
+    cluster.shutdown().await;
+    Ok(())
+}
+
+fn numbered(first_seq: u64, reports: &[TaskMessage]) -> anyhow::Result<Vec<Report>> {
+    let mut seq = first_seq;
+    reports
+        .iter()
+        .map(|m| {
+            let json = serde_json::to_vec(m)?;
+            seq += 1;
+            Ok(Report { seq: seq - 1, json })
+        })
+        .collect()
+}
+
+fn batch(reports: Vec<Report>) -> worker_message::Body {
+    worker_message::Body::Reports(ReportBatch { reports })
+}
+
+/// Reads leader messages until `up_to` is confirmed; returns the refusals seen before it and
+/// the commands seen on the way.
+async fn until_confirmed(
+    w: &mut ScriptedWorker,
+    up_to: u64,
+) -> anyhow::Result<(Vec<cairn_proto::v1::GatewayError>, Vec<u64>, Vec<cairn_protocol::messages::TaskCommand>)>
+{
+    let (mut refusals, mut confirmed, mut commands) = (Vec::new(), Vec::new(), Vec::new());
+    while confirmed.last() != Some(&up_to) {
+        match w.next_non_heartbeat(T).await? {
+            FromLeader::Confirmed(c) => {
+                anyhow::ensure!(c <= up_to, "confirmed {c}, beyond the {up_to} reports sent");
+                confirmed.push(c);
+            }
+            FromLeader::Error(e) => refusals.push(e),
+            FromLeader::Command(c) => commands.push(c),
+            other => anyhow::bail!("unexpected {other:?} before confirmation {up_to}"),
+        }
+    }
+    Ok((refusals, confirmed, commands))
+}
+
+/// A batch of reports is handled as its reports, in order: the tasks' `running` reports start
+/// the job and their acknowledgements complete a checkpoint, each in one message. A report in
+/// the batch that does not decode, and one about a job that does not exist, are refused
+/// precisely without disturbing the others, and one confirmation covers the whole batch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_of_reports_is_handled_as_its_reports_and_confirmed_once() -> anyhow::Result<()> {
+    init_test_logging();
+    let cluster = InProcCluster::start(1, test_timing()).await?;
+    cluster.wait_leader(T).await?;
+    let out = tempfile::tempdir()?;
+    let mut client = cluster.client()?;
+    client.register_job("j", &spec(out.path(), Some(200))).await?;
+    let addrs: Vec<String> = cluster.addrs.values().map(|a| a.to_string()).collect();
+    let token = cluster.worker_token();
+    let mut w = ScriptedWorker::attach(&addrs, token.expose(), "w1", 8, vec![], T).await?;
+    assert!(w.report_batches, "the leader does not announce report batches");
+    let d = deployed(&mut w).await?;
+
+    let tasks = subtasks(&d)?;
+    let running: Vec<TaskMessage> = tasks
+        .iter()
+        .map(|(v, i)| TaskMessage::Status { task: attempt_id(&d, v, *i), status: TaskStatus::Running })
+        .collect();
+    let mut stranger = running[0].clone();
+    if let TaskMessage::Status { task, .. } = &mut stranger {
+        task.task.job = "no-such-job".into();
+    }
+    let mut reports = numbered(1, &running)?;
+    reports.insert(1, Report { seq: 0, json: b"{not json".to_vec() });
+    reports.push(Report { seq: 0, json: serde_json::to_vec(&stranger)? });
+    for (k, r) in reports.iter_mut().enumerate() {
+        r.seq = k as u64 + 1;
+    }
+    let last = reports.len() as u64;
+    w.send(batch(reports)).await?;
+    let (refusals, confirmed, commands) = until_confirmed(&mut w, last).await?;
+    assert_eq!(confirmed, vec![last], "one confirmation covers the batch");
+    let mut codes: Vec<Code> = refusals.iter().map(|e| Code::from(e.code)).collect();
+    codes.sort_by_key(|c| *c as i32);
+    assert_eq!(codes, vec![Code::InvalidArgument, Code::NotFound], "{refusals:?}");
+    assert!(refusals.iter().any(|e| e.message.contains("reports.reports[1].json")), "{refusals:?}");
+    assert!(refusals.iter().any(|e| e.message.contains("no-such-job")), "{refusals:?}");
+    wait::until("the job to run", T, || async {
+        let r = cluster.client().ok()?.job_runtimes().await.ok()?;
+        r.jobs.iter().any(|j| j.job_id == "j" && j.phase == "running").then_some(())
+    })
+    .await?;
+
+    // Every task acknowledges the next trigger in one batch: the checkpoint completes.
+    let trigger = match commands.into_iter().find(|c| is_trigger(c).is_some()) {
+        Some(c) => c,
+        None => w.expect_command(T, |c| is_trigger(c).is_some()).await?,
+    };
+    let id = is_trigger(&trigger).ok_or_else(|| anyhow::anyhow!("no trigger"))?;
+    let acks: Vec<TaskMessage> = tasks.iter().map(|(v, i)| ack(&d, v, *i, id)).collect();
+    let acks = numbered(last + 1, &acks)?;
+    let last = acks.last().map(|r| r.seq).unwrap_or(last);
+    w.send(batch(acks)).await?;
+    let (refusals, _, _) = until_confirmed(&mut w, last).await?;
+    assert!(refusals.is_empty(), "acknowledgements refused: {refusals:?}");
+    w.expect_command(
+        T,
+        |c| matches!(c.body, ToTask::NotifyCheckpointComplete { checkpoint_id } if checkpoint_id == id),
+    )
+    .await?;
+    let job = client.get_job("j").await?;
+    assert!(job.completed_checkpoint_ids.contains(&id), "checkpoint {id} is not in the store: {job:?}");
+    cluster.shutdown().await;
+    Ok(())
+}
+
+/// A batch that is empty, too large, or numbered out of order is refused whole, precisely, and
+/// none of its reports takes effect; the same reports in a proper batch then do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_batches_are_refused_whole_and_change_nothing() -> anyhow::Result<()> {
+    init_test_logging();
+    let cluster = InProcCluster::start(1, test_timing()).await?;
+    cluster.wait_leader(T).await?;
+    let out = tempfile::tempdir()?;
+    let mut client = cluster.client()?;
+    client.register_job("j", &spec(out.path(), None)).await?;
+    let addrs: Vec<String> = cluster.addrs.values().map(|a| a.to_string()).collect();
+    let token = cluster.worker_token();
+    let mut w = ScriptedWorker::attach(&addrs, token.expose(), "w1", 8, vec![], T).await?;
+    let d = deployed(&mut w).await?;
+    let running: Vec<TaskMessage> = subtasks(&d)?
+        .iter()
+        .map(|(v, i)| TaskMessage::Status { task: attempt_id(&d, v, *i), status: TaskStatus::Running })
+        .collect();
+    anyhow::ensure!(running.len() >= 2, "the job has fewer than two tasks");
+
+    let mut backwards = numbered(1, &running)?;
+    backwards.reverse();
+    let too_many: Vec<Report> = (1..=4097).map(|seq| Report { seq, json: b"{}".to_vec() }).collect();
+    let cases = [
+        (Vec::new(), "holds no report"),
+        (backwards, "sequence numbers must increase"),
+        (too_many, "4097 reports in one batch; at most 4096"),
+    ];
+    for (reports, expected) in cases {
+        w.send(batch(reports)).await?;
+        let e = w.expect_error(T).await?;
+        assert_eq!(e.code, Code::InvalidArgument as i32, "{e:?}");
+        assert!(e.message.contains(expected), "expected {expected:?} in {:?}", e.message);
+    }
+    // The refusals came from the stream's reader before it handed anything over, so nothing of
+    // those batches reached the job: it still waits for its tasks to run.
+    let r = client.job_runtimes().await?;
+    let phase = r.jobs.iter().find(|j| j.job_id == "j").map(|j| j.phase.clone());
+    assert_ne!(phase.as_deref(), Some("running"), "a refused batch started the job");
+
+    let reports = numbered(1, &running)?;
+    let last = reports.len() as u64;
+    w.send(batch(reports)).await?;
+    let (refusals, _, _) = until_confirmed(&mut w, last).await?;
+    assert!(refusals.is_empty(), "{refusals:?}");
     wait::until("the job to run", T, || async {
         let r = cluster.client().ok()?.job_runtimes().await.ok()?;
         r.jobs.iter().any(|j| j.job_id == "j" && j.phase == "running").then_some(())

@@ -144,6 +144,7 @@ impl TaskGateway for GatewayService {
             leader_id: term.leader_id,
             heartbeat_interval_ms: term.heartbeat_interval.as_millis() as u64,
             heartbeat_timeout_ms: term.heartbeat_timeout.as_millis() as u64,
+            report_batches: true,
         };
         let _ = tx.try_send(term.leader_message(leader_message::Body::Registered(registered)));
         // The reader keeps only a weak sender, so the stream ends once the runtime lets go.

@@ -125,9 +125,9 @@ pub struct WorkerSlots {
 
 /// What a worker stream hands straight to a job's driver.
 pub(crate) enum ReportInput {
-    /// A task report, with where its outcome goes (an error is a precise refusal for the
-    /// worker).
-    Task { worker_id: String, msg: Box<TaskMessage>, reply: oneshot::Sender<Result<(), Status>> },
+    /// Task reports about the job, in the order the worker sent them, with where their
+    /// refusals go (precise ones, for the worker; none when every report was taken).
+    Tasks { worker_id: String, msgs: Vec<TaskMessage>, reply: oneshot::Sender<Vec<Status>> },
     /// Cumulative time figures of the job's tasks on the worker, received at `at` (transient:
     /// no answer, dropped when the driver's queue is full).
     Times { worker_id: String, times: Vec<TaskTime>, at: tokio::time::Instant },
@@ -217,32 +217,34 @@ impl TermHandle {
         let _ = self.tx.send(RuntimeCmd::Heartbeat { worker_id, session }).await;
     }
 
-    /// Hands a task report of `session` straight to its job's driver (waiting only for room in
-    /// the driver's queue) and returns where its outcome will arrive (an error is a precise
-    /// refusal for the worker): a stream's reports submitted in order are handled in order.
-    pub async fn submit_report(
+    /// Hands task reports of `session` about one job straight to the job's driver (waiting
+    /// only for room in the driver's queue) and returns where their refusals will arrive
+    /// (precise ones, for the worker): a stream's reports submitted in order are handled in
+    /// order. `job` is the job every report names.
+    pub async fn submit_reports(
         &self,
         worker_id: String,
         session: &Session,
-        msg: TaskMessage,
-    ) -> Result<oneshot::Receiver<Result<(), Status>>, Status> {
+        job: &str,
+        msgs: Vec<TaskMessage>,
+    ) -> Result<oneshot::Receiver<Vec<Status>>, Status> {
         if !session.is_live() {
             return Err(Status::failed_precondition(format!(
                 "worker {worker_id:?} session {} is not attached to this leader; register again",
                 session.id
             )));
         }
-        let job = JobId::new(msg.task().task.job.clone())
-            .map_err(|e| Status::invalid_argument(format!("task.job: {e}")))?;
+        let job =
+            JobId::new(job.to_owned()).map_err(|e| Status::invalid_argument(format!("task.job: {e}")))?;
         let unknown = || Status::not_found(format!("unknown job `{job}` (or not running)"));
         // Cloned out of the published table: no borrow is held across the send.
         let driver = self.routes.borrow().get(&job).cloned().ok_or_else(unknown)?;
-        let (reply, outcome) = oneshot::channel();
-        let input = ReportInput::Task { worker_id, msg: Box::new(msg), reply };
+        let (reply, refusals) = oneshot::channel();
+        let input = ReportInput::Tasks { worker_id, msgs, reply };
         // A driver that ended: its job stopped, or this whole term is stopping.
         let ended = || if self.tx.is_closed() { gone() } else { unknown() };
         driver.send(input).await.map_err(|_| ended())?;
-        Ok(outcome)
+        Ok(refusals)
     }
 
     /// Hands the time figures of `session` to the drivers of their jobs, without waiting: they

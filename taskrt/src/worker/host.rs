@@ -19,7 +19,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 use cairn_proto::v1::worker_message::Body;
-use cairn_proto::v1::{Report, WorkerMessage};
+use cairn_proto::v1::{Report, ReportBatch, WorkerMessage};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 use tokio::time::{Instant, sleep_until};
@@ -45,6 +45,11 @@ const OUTBOX_CAPACITY: usize = 8192;
 const CONTROL_SEND_TIMEOUT: Duration = Duration::from_secs(1);
 /// Bound on the wait for the tasks of an ended job to return, after their final reports.
 const REAP_TIMEOUT: Duration = Duration::from_secs(5);
+/// Most reports sent in one stream message (to a leader that takes batches).
+const MAX_BATCH_REPORTS: usize = 256;
+/// A batch stops growing once its reports' JSON reaches this size (the leader takes messages
+/// of up to 16 MiB; a single larger report still goes alone).
+const BATCH_BYTES: usize = 1024 * 1024;
 
 /// What sessions (and the handle) ask of the host.
 #[derive(Debug)]
@@ -57,9 +62,11 @@ pub(crate) enum HostCommand {
         command: TaskCommand,
         term: u64,
     },
-    /// A leader registered the worker: reports go to `outbox` from now on.
+    /// A leader registered the worker: reports go to `outbox` from now on, several per
+    /// message if it takes `batches`.
     Attach {
         outbox: mpsc::Sender<WorkerMessage>,
+        batches: bool,
     },
     /// The session ended.
     Detach,
@@ -109,6 +116,8 @@ pub(crate) struct JobHost {
     outbox: Outbox,
     /// The attached session's outbound stream, while one is attached.
     link: Option<mpsc::Sender<WorkerMessage>>,
+    /// Whether the attached leader takes several reports per message.
+    batches: bool,
     /// Highest term of any message delivered to a task: a cancel on shutdown carries it.
     highest_term: u64,
     deployments: u64,
@@ -137,6 +146,7 @@ impl JobHost {
             jobs: BTreeMap::new(),
             outbox: Outbox::new(OUTBOX_CAPACITY),
             link: None,
+            batches: false,
             highest_term: 0,
             deployments: 0,
             view,
@@ -167,11 +177,8 @@ impl JobHost {
                 permit = async { match link { Some(tx) => tx.reserve_owned().await, None => std::future::pending().await } } => {
                     match permit {
                         Ok(permit) => {
-                            if let Some((seq, msg)) = self.outbox.pop() {
-                                match encode_report(seq, &msg) {
-                                    Some(m) => { permit.send(m); }
-                                    None => tracing::error!(task = %msg.task(), "report cannot be encoded; dropped"),
-                                }
+                            if let Some(m) = self.next_reports() {
+                                permit.send(m);
                             }
                         }
                         Err(_) => self.on_detach("outbound stream closed"),
@@ -221,8 +228,9 @@ impl JobHost {
         match cmd {
             HostCommand::Deploy { deployment, term } => self.on_deploy(*deployment, term).await,
             HostCommand::Command { command, term } => self.on_task_command(command, term).await,
-            HostCommand::Attach { outbox } => {
+            HostCommand::Attach { outbox, batches } => {
                 self.link = Some(outbox);
+                self.batches = batches;
                 self.outbox.attach();
                 tracing::debug!(pending = self.outbox.len(), "reports go to the leader");
             }
@@ -230,6 +238,38 @@ impl JobHost {
             HostCommand::Confirmed { up_to } => self.outbox.confirm(up_to),
             HostCommand::Shutdown { done } => self.on_shutdown(done).await,
         }
+    }
+
+    /// The next message of reports for the leader: the oldest unsent report, with those after
+    /// it (up to [`MAX_BATCH_REPORTS`] and [`BATCH_BYTES`]) if the leader takes batches. A report
+    /// that cannot be encoded is dropped (and logged).
+    fn next_reports(&mut self) -> Option<WorkerMessage> {
+        let limit = if self.batches { MAX_BATCH_REPORTS } else { 1 };
+        let mut batch: Vec<Report> = Vec::new();
+        let mut bytes = 0;
+        while batch.len() < limit {
+            let Some(msg) = self.outbox.peek() else { break };
+            let json = match serde_json::to_vec(msg) {
+                Ok(json) => json,
+                Err(error) => {
+                    tracing::error!(task = %msg.task(), %error, "report cannot be encoded; dropped");
+                    self.outbox.pop();
+                    continue;
+                }
+            };
+            if !batch.is_empty() && bytes + json.len() > BATCH_BYTES {
+                break;
+            }
+            let Some((seq, _)) = self.outbox.pop() else { break };
+            bytes += json.len();
+            batch.push(Report { seq, json });
+        }
+        let body = match batch.len() {
+            0 => return None,
+            1 => Body::Report(batch.remove(0)),
+            _ => Body::Reports(ReportBatch { reports: batch }),
+        };
+        Some(WorkerMessage { body: Some(body) })
     }
 
     fn on_detach(&mut self, why: &str) {
@@ -497,10 +537,6 @@ async fn next_report(jobs: &mut BTreeMap<String, HostedJob>) -> (String, TaskMes
         Poll::Pending
     })
     .await
-}
-
-fn encode_report(seq: u64, msg: &TaskMessage) -> Option<WorkerMessage> {
-    serde_json::to_vec(msg).ok().map(|json| WorkerMessage { body: Some(Body::Report(Report { seq, json })) })
 }
 
 /// Slots the tasks take: Flink's slot sharing puts one subtask of each vertex in a slot, so a

@@ -105,6 +105,14 @@ impl Outbox {
         Some((seq, msg))
     }
 
+    /// The next report [`pop`](Self::pop) would return (only while attached).
+    pub fn peek(&self) -> Option<&TaskMessage> {
+        if !self.attached {
+            return None;
+        }
+        self.queue.front().map(|(_, m)| m)
+    }
+
     /// The leader handled every report up to `up_to` sent on this stream.
     pub fn confirm(&mut self, up_to: u64) {
         while self.unconfirmed.front().is_some_and(|(seq, _)| *seq <= up_to) {

@@ -110,7 +110,12 @@ impl Session<'_> {
             Err(e) => return SessionEnd { registered: false, result: Err(e) },
         };
         let liveness = self.on_registered(term, &registered, tasks);
-        if self.host.send(HostCommand::Attach { outbox: out.clone() }).await.is_err() {
+        if self
+            .host
+            .send(HostCommand::Attach { outbox: out.clone(), batches: registered.report_batches })
+            .await
+            .is_err()
+        {
             return SessionEnd { registered: true, result: Err(SessionError::HostGone) };
         }
         let result = self.serve(&mut inbound, out, liveness).await;

@@ -373,9 +373,9 @@ impl JobDriver {
                 // After the inputs: a worker's `Attached` (queued before its stream reads a
                 // report) is handled before the reports that follow it.
                 Some(input) = self.reports.recv() => match input {
-                    ReportInput::Task { worker_id, msg, reply } => {
-                        let r = self.on_report(&worker_id, *msg);
-                        let _ = reply.send(r);
+                    ReportInput::Tasks { worker_id, msgs, reply } => {
+                        let refusals = msgs.into_iter().filter_map(|m| self.on_report(&worker_id, m).err()).collect();
+                        let _ = reply.send(refusals);
                     }
                     ReportInput::Times { worker_id, times, at } => self.on_times(&worker_id, &times, at),
                 },

@@ -534,10 +534,63 @@ async fn malformed_batches_are_refused_whole_and_change_nothing() -> anyhow::Res
     Ok(())
 }
 
+/// A trigger that a worker's stream took but that never reached the worker (the worker attached
+/// again on a new stream before acknowledging it) does not hold the job for the checkpoint's
+/// whole timeout: the new stream gets the pending checkpoint's abort and a fresh trigger at once,
+/// and the fresh one completes. The job is neither cancelled nor redeployed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trigger_lost_with_a_replaced_stream_is_aborted_and_triggered_again() -> anyhow::Result<()> {
+    init_test_logging();
+    let cluster = InProcCluster::start(1, test_timing()).await?;
+    cluster.wait_leader(T).await?;
+    let out = tempfile::tempdir()?;
+    let mut client = cluster.client()?;
+    // The checkpoint timeout (30 s) is longer than any wait below.
+    client.register_job("j", &spec(out.path(), Some(200))).await?;
+    let addrs: Vec<String> = cluster.addrs.values().map(|a| a.to_string()).collect();
+    let token = cluster.worker_token();
+    let mut first = ScriptedWorker::attach(&addrs, token.expose(), "w1", 8, vec![], T).await?;
+    let d = deployed(&mut first).await?;
+    report_all_running(&first, &d).await?;
+    let trigger = first.expect_command(T, |c| is_trigger(c).is_some()).await?;
+    let lost = is_trigger(&trigger).ok_or_else(|| anyhow::anyhow!("no trigger"))?;
+
+    // The worker attaches again, on a new stream, with its running tasks; the first stream
+    // stays open but its trigger is never acknowledged.
+    let mut second = ScriptedWorker::attach(&addrs, token.expose(), "w1", 8, attached(&d)?, T).await?;
+    let mut aborted = false;
+    let next = loop {
+        match second.next_non_heartbeat(T).await.context("waiting for a fresh trigger")? {
+            FromLeader::Command(c) => match c.body {
+                ToTask::NotifyCheckpointAborted { checkpoint_id } if checkpoint_id == lost => aborted = true,
+                ToTask::TriggerCheckpoint { checkpoint_id, .. } => break checkpoint_id,
+                ToTask::Cancel => anyhow::bail!("the job's tasks were cancelled"),
+                _ => {}
+            },
+            FromLeader::Deploy(_) => anyhow::bail!("the job was redeployed"),
+            _ => {}
+        }
+    };
+    assert!(next > lost, "fresh trigger {next} is not above the lost {lost}");
+    assert!(aborted, "checkpoint {lost} was not aborted on the new stream before {next} was triggered");
+    for (v, i) in subtasks(&d)? {
+        second.report(&ack(&d, &v, i, next)).await?;
+    }
+    second
+        .expect_command(
+            T,
+            |c| matches!(c.body, ToTask::NotifyCheckpointComplete { checkpoint_id } if checkpoint_id == next),
+        )
+        .await?;
+    drop(first);
+    cluster.shutdown().await;
+    Ok(())
+}
+
 /// Reports go from a stream straight to the job's driver, so the session check is the stream's
 /// own: once the worker registered again on a new stream, a report on the old one is refused
 /// (or finds the old stream closed) and counts for nothing; the same report on the new stream
-/// is accepted and completes the checkpoint.
+/// is accepted and completes the checkpoint (the fresh one the new stream was triggered with).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reports_of_a_superseded_session_are_refused() -> anyhow::Result<()> {
     init_test_logging();
@@ -554,9 +607,12 @@ async fn reports_of_a_superseded_session_are_refused() -> anyhow::Result<()> {
     let trigger = old.expect_command(T, |c| is_trigger(c).is_some()).await?;
     let id = is_trigger(&trigger).ok_or_else(|| anyhow::anyhow!("no trigger"))?;
 
-    // The same worker registers again on a new stream, with the tasks it runs.
+    // The same worker registers again on a new stream, with the tasks it runs. The trigger of
+    // checkpoint `id` may have been lost with the old stream, so the new one gets a fresh one.
     let mut new = ScriptedWorker::attach(&addrs, token.expose(), "w1", 8, attached(&d)?, T).await?;
-    old.report(&ack(&d, "source", 0, id)).await?;
+    let fresh = new.expect_command(T, |c| is_trigger(c).is_some_and(|n| n > id)).await?;
+    let next = is_trigger(&fresh).ok_or_else(|| anyhow::anyhow!("no trigger"))?;
+    old.report(&ack(&d, "source", 0, next)).await?;
     match old.expect_error(T).await {
         Ok(e) => {
             assert_eq!(e.code, Code::FailedPrecondition as i32, "{}", e.message);
@@ -566,11 +622,11 @@ async fn reports_of_a_superseded_session_are_refused() -> anyhow::Result<()> {
     }
     // Had the old stream's acknowledgement counted, this one would be a duplicate.
     for (v, i) in subtasks(&d)? {
-        new.report(&ack(&d, &v, i, id)).await?;
+        new.report(&ack(&d, &v, i, next)).await?;
     }
     new.expect_command(
         T,
-        |c| matches!(c.body, ToTask::NotifyCheckpointComplete { checkpoint_id } if checkpoint_id == id),
+        |c| matches!(c.body, ToTask::NotifyCheckpointComplete { checkpoint_id } if checkpoint_id == next),
     )
     .await?;
     cluster.shutdown().await;

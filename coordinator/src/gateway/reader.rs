@@ -137,12 +137,7 @@ fn batch_reports(reports: Vec<Report>) -> Result<(Encoded, Option<u64>), Status>
 
 /// Decodes reports and hands them to their jobs' drivers: one hand-over per job, each job's
 /// reports in the order given.
-async fn submit(
-    term: &TermHandle,
-    worker_id: &str,
-    session: &Session,
-    reports: Encoded,
-) -> Vec<Outcome> {
+async fn submit(term: &TermHandle, worker_id: &str, session: &Session, reports: Encoded) -> Vec<Outcome> {
     let mut refused = Vec::new();
     let mut jobs: Vec<(String, Vec<TaskMessage>)> = Vec::new();
     let mut index: HashMap<String, usize> = HashMap::new();

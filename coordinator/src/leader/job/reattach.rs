@@ -33,15 +33,30 @@ impl JobDriver {
                 // The worker reconnected: keep our deployment if these are its tasks; cancel
                 // tasks of any other attempt.
                 let mut stale = BTreeSet::new();
+                let mut new_stream = false;
                 for t in &attached {
                     match &mut self.deployed {
                         Some(d) if d.attempt == t.attempt as u32 && d.runs_on(&lease.worker_id) => {
-                            d.leases.insert(lease.worker_id.clone(), lease.clone());
+                            let old = d.leases.insert(lease.worker_id.clone(), lease.clone());
+                            new_stream |= old.is_some_and(|o| !o.outbox.same_channel(&lease.outbox));
                         }
                         _ => {
                             stale.insert(t.attempt as u32);
                         }
                     }
+                }
+                // Triggers sent on the worker's previous stream may have gone down with it
+                // without the send failing (the stream broke after taking them): a pending
+                // checkpoint would then wait out its whole timeout. Abort the pending ones and
+                // trigger afresh on the new stream.
+                if new_stream
+                    && self.phase == Phase::Running
+                    && self.core.as_ref().is_some_and(|c| !c.pending_ids().is_empty())
+                {
+                    tracing::info!(job = %self.job, worker = %lease.worker_id,
+                        "worker attached on a new stream: aborting pending checkpoints whose triggers the old one may have lost");
+                    self.feed(Event::StopScheduler);
+                    self.feed(Event::StartScheduler);
                 }
                 for attempt in stale {
                     tracing::info!(job = %self.job, attempt, worker = %lease.worker_id, "cancelling tasks of a superseded attempt");

@@ -9,7 +9,10 @@ use anyhow::Context;
 use cairn_client::LeaderClient;
 use cairn_proto::leader_hint::parse_not_leader;
 use cairn_proto::v1::task_gateway_client::TaskGatewayClient;
-use cairn_proto::v1::{Heartbeat, Report, ReportBatch, TaskTime, TaskTimes, WorkerMessage, worker_message};
+use cairn_proto::v1::{
+    AttachedTask, Heartbeat, RegisterWorker, Report, ReportBatch, TaskTime, TaskTimes, WorkerMessage,
+    leader_message, worker_message,
+};
 use cairn_protocol::checkpoint::{SubtaskState, TaskCheckpointMetrics};
 use cairn_protocol::messages::{Deployment, TaskMessage, TaskStatus, ToTask};
 use cairn_raft::model::JobId;
@@ -583,6 +586,62 @@ async fn a_trigger_lost_with_a_replaced_stream_is_aborted_and_triggered_again() 
         )
         .await?;
     drop(first);
+    cluster.shutdown().await;
+    Ok(())
+}
+
+/// `registered` is the first message on every stream, even when the jobs the worker runs answer
+/// its attach at once (here: a cancel for a superseded attempt it lists), because a worker
+/// ignores whatever comes before `registered`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registered_comes_first_even_when_jobs_answer_the_attach_at_once() -> anyhow::Result<()> {
+    init_test_logging();
+    let cluster = InProcCluster::start(1, test_timing()).await?;
+    cluster.wait_leader(T).await?;
+    let out = tempfile::tempdir()?;
+    let mut client = cluster.client()?;
+    client.register_job("j", &spec(out.path(), None)).await?;
+    let addrs: Vec<String> = cluster.addrs.values().map(|a| a.to_string()).collect();
+    let token = cluster.worker_token();
+    let mut w = ScriptedWorker::attach(&addrs, token.expose(), "w1", 8, vec![], T).await?;
+    let d = deployed(&mut w).await?;
+    report_all_running(&w, &d).await?;
+    wait::until("the job to run", T, || async {
+        let r = cluster.client().ok()?.job_runtimes().await.ok()?;
+        r.jobs.iter().any(|j| j.job_id == "j" && j.phase == "running").then_some(())
+    })
+    .await?;
+    let mut tasks = attached(&d)?;
+    let superseded = d.attempt as u64 + 100;
+    tasks.extend(attached(&d)?.into_iter().map(|t| AttachedTask { attempt: superseded, ..t }));
+    for round in 0..20 {
+        let mut gateway = TaskGatewayClient::connect(format!("http://{}", w.leader_addr)).await?;
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        let register = RegisterWorker {
+            worker_id: "w1".into(),
+            slots: 8,
+            tasks: tasks.clone(),
+            highest_term_seen: 0,
+            data_addr: String::new(),
+        };
+        tx.send(WorkerMessage { body: Some(worker_message::Body::Register(register)) }).await?;
+        let mut inbound = gateway.attach(bearer(ReceiverStream::new(rx), token.expose())).await?.into_inner();
+        let first = tokio::time::timeout(T, inbound.message()).await??.context("the stream ended")?;
+        assert!(
+            matches!(first.body, Some(leader_message::Body::Registered(_))),
+            "round {round}: the first message was {first:?}"
+        );
+        // The cancel of the superseded attempt follows on the same stream.
+        loop {
+            let m = tokio::time::timeout(T, inbound.message()).await??.context("the stream ended")?;
+            if let Some(leader_message::Body::CommandJson(json)) = m.body {
+                let c: cairn_protocol::messages::TaskCommand = serde_json::from_slice(&json)?;
+                if matches!(c.body, ToTask::Cancel) && u64::from(c.attempt) == superseded {
+                    break;
+                }
+            }
+        }
+    }
     cluster.shutdown().await;
     Ok(())
 }

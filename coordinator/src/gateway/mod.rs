@@ -139,7 +139,9 @@ impl TaskGateway for GatewayService {
         };
         let worker_id = info.worker_id.clone();
         let (tx, rx) = mpsc::channel(OUTBOX);
-        let session = term.attach(info, tx.clone()).await?;
+        // `registered` goes first: attaching hands the worker's outbox to the jobs it runs, and
+        // their drivers may send it commands at once (a worker ignores what precedes
+        // `registered`). A refused attach drops it unsent with the stream.
         let registered = Registered {
             leader_id: term.leader_id,
             heartbeat_interval_ms: term.heartbeat_interval.as_millis() as u64,
@@ -147,6 +149,7 @@ impl TaskGateway for GatewayService {
             report_batches: true,
         };
         let _ = tx.try_send(term.leader_message(leader_message::Body::Registered(registered)));
+        let session = term.attach(info, tx.clone()).await?;
         // The reader keeps only a weak sender, so the stream ends once the runtime lets go.
         let weak = tx.downgrade();
         drop(tx);

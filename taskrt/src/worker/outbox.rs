@@ -5,9 +5,10 @@
 //! worker). While attached, reports go out in order and wait, sent but unconfirmed, until the
 //! leader confirms them (`ReportsConfirmed { up_to }`: it handled every report up to that
 //! number). When the stream breaks, the unconfirmed ones go back to the front of the queue, and
-//! everything is sent again, in order, on the next stream: an acknowledgement produced while the
-//! stream was down still completes its checkpoint if the same leader is reached again; a new
-//! leader refuses what belongs to checkpoints it did not start, which changes nothing.
+//! everything is sent again, in order, on the next stream: the leader handles each (a leader
+//! aborts the checkpoints pending when a worker attaches on a new stream, since their triggers
+//! may have been lost with the old one, so it refuses acknowledgements of those as late; a new
+//! leader refuses what belongs to checkpoints it did not start), and a refusal changes nothing.
 //!
 //! Bound: at most `capacity` reports are held. Past it, a task's older status is replaced by
 //! its newer one first; then the oldest acknowledgement or decline is dropped (its checkpoint

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use cairn_client::LeaderClient;
+use cairn_proto::auth::Secret;
 use cairn_proto::leader_hint::parse_not_leader;
 use cairn_proto::v1::task_gateway_client::TaskGatewayClient;
 use cairn_proto::v1::{
@@ -49,6 +50,48 @@ async fn deployed(w: &mut ScriptedWorker) -> anyhow::Result<Deployment> {
     match w.next_non_heartbeat(T).await? {
         FromLeader::Deploy(d) => Ok(*d),
         other => anyhow::bail!("expected a deployment, got {other:?}"),
+    }
+}
+
+/// One replica running job `j` (the demo job's graph, checkpoints every `interval_ms` when
+/// given, a 30 s checkpoint timeout), with scripted worker `w1` (8 slots) attached.
+struct OneReplica {
+    cluster: InProcCluster,
+    client: LeaderClient,
+    token: Secret,
+    /// The job's output directory, kept for the test's life.
+    _out: tempfile::TempDir,
+}
+
+impl OneReplica {
+    /// The replica, the job, and worker `w1` with the job's deployment in hand.
+    async fn start(interval_ms: Option<u64>) -> anyhow::Result<(Self, ScriptedWorker, Deployment)> {
+        init_test_logging();
+        let cluster = InProcCluster::start(1, test_timing()).await?;
+        cluster.wait_leader(T).await?;
+        let out = tempfile::tempdir()?;
+        let mut client = cluster.client()?;
+        client.register_job("j", &spec(out.path(), interval_ms)).await?;
+        let token = cluster.worker_token();
+        let setup = Self { cluster, client, token, _out: out };
+        let mut w = setup.attach(vec![]).await?;
+        let d = deployed(&mut w).await?;
+        Ok((setup, w, d))
+    }
+
+    /// Worker `w1` attaching on a new stream, registering `tasks` as running.
+    async fn attach(&self, tasks: Vec<AttachedTask>) -> anyhow::Result<ScriptedWorker> {
+        let addrs: Vec<String> = self.cluster.addrs.values().map(|a| a.to_string()).collect();
+        ScriptedWorker::attach(&addrs, self.token.expose(), "w1", 8, tasks, T).await
+    }
+
+    /// Waits (bounded) for job `j` to run.
+    async fn job_running(&self) -> anyhow::Result<()> {
+        wait::until("the job to run", T, || async {
+            let r = self.cluster.client().ok()?.job_runtimes().await.ok()?;
+            r.jobs.iter().any(|j| j.job_id == "j" && j.phase == "running").then_some(())
+        })
+        .await
     }
 }
 
@@ -325,16 +368,7 @@ async fn leader_stopped_between_ack_and_completion() -> anyhow::Result<()> {
 /// last one covers every report, and the reports around the bad one take effect.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn numbered_reports_are_answered_in_order() -> anyhow::Result<()> {
-    init_test_logging();
-    let cluster = InProcCluster::start(1, test_timing()).await?;
-    cluster.wait_leader(T).await?;
-    let out = tempfile::tempdir()?;
-    let mut client = cluster.client()?;
-    client.register_job("j", &spec(out.path(), None)).await?;
-    let addrs: Vec<String> = cluster.addrs.values().map(|a| a.to_string()).collect();
-    let token = cluster.worker_token();
-    let mut w = ScriptedWorker::attach(&addrs, token.expose(), "w1", 8, vec![], T).await?;
-    let d = deployed(&mut w).await?;
+    let (setup, mut w, d) = OneReplica::start(None).await?;
 
     let mut seq = 0u64;
     let mut bad_seq = 0u64;
@@ -365,12 +399,8 @@ async fn numbered_reports_are_answered_in_order() -> anyhow::Result<()> {
     assert!(refusal.message.contains("report.json"), "{}", refusal.message);
     assert!(*confirmed_before < bad_seq, "report {bad_seq} was confirmed before its refusal");
     // Every running report was handled: the job runs.
-    wait::until("the job to run", T, || async {
-        let r = cluster.client().ok()?.job_runtimes().await.ok()?;
-        r.jobs.iter().any(|j| j.job_id == "j" && j.phase == "running").then_some(())
-    })
-    .await?;
-    cluster.shutdown().await;
+    setup.job_running().await?;
+    setup.cluster.shutdown().await;
     Ok(())
 }
 
@@ -418,17 +448,8 @@ async fn until_confirmed(
 /// precisely without disturbing the others, and one confirmation covers the whole batch.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_of_reports_is_handled_as_its_reports_and_confirmed_once() -> anyhow::Result<()> {
-    init_test_logging();
-    let cluster = InProcCluster::start(1, test_timing()).await?;
-    cluster.wait_leader(T).await?;
-    let out = tempfile::tempdir()?;
-    let mut client = cluster.client()?;
-    client.register_job("j", &spec(out.path(), Some(200))).await?;
-    let addrs: Vec<String> = cluster.addrs.values().map(|a| a.to_string()).collect();
-    let token = cluster.worker_token();
-    let mut w = ScriptedWorker::attach(&addrs, token.expose(), "w1", 8, vec![], T).await?;
+    let (mut setup, mut w, d) = OneReplica::start(Some(200)).await?;
     assert!(w.report_batches, "the leader does not announce report batches");
-    let d = deployed(&mut w).await?;
 
     let tasks = subtasks(&d)?;
     let running: Vec<TaskMessage> = tasks
@@ -454,11 +475,7 @@ async fn a_batch_of_reports_is_handled_as_its_reports_and_confirmed_once() -> an
     assert_eq!(codes, vec![Code::InvalidArgument, Code::NotFound], "{refusals:?}");
     assert!(refusals.iter().any(|e| e.message.contains("reports.reports[1].json")), "{refusals:?}");
     assert!(refusals.iter().any(|e| e.message.contains("no-such-job")), "{refusals:?}");
-    wait::until("the job to run", T, || async {
-        let r = cluster.client().ok()?.job_runtimes().await.ok()?;
-        r.jobs.iter().any(|j| j.job_id == "j" && j.phase == "running").then_some(())
-    })
-    .await?;
+    setup.job_running().await?;
 
     // Every task acknowledges the next trigger in one batch: the checkpoint completes.
     let trigger = match commands.into_iter().find(|c| is_trigger(c).is_some()) {
@@ -477,9 +494,9 @@ async fn a_batch_of_reports_is_handled_as_its_reports_and_confirmed_once() -> an
         |c| matches!(c.body, ToTask::NotifyCheckpointComplete { checkpoint_id } if checkpoint_id == id),
     )
     .await?;
-    let job = client.get_job("j").await?;
+    let job = setup.client.get_job("j").await?;
     assert!(job.completed_checkpoint_ids.contains(&id), "checkpoint {id} is not in the store: {job:?}");
-    cluster.shutdown().await;
+    setup.cluster.shutdown().await;
     Ok(())
 }
 
@@ -487,16 +504,7 @@ async fn a_batch_of_reports_is_handled_as_its_reports_and_confirmed_once() -> an
 /// none of its reports takes effect; the same reports in a proper batch then do.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_batches_are_refused_whole_and_change_nothing() -> anyhow::Result<()> {
-    init_test_logging();
-    let cluster = InProcCluster::start(1, test_timing()).await?;
-    cluster.wait_leader(T).await?;
-    let out = tempfile::tempdir()?;
-    let mut client = cluster.client()?;
-    client.register_job("j", &spec(out.path(), None)).await?;
-    let addrs: Vec<String> = cluster.addrs.values().map(|a| a.to_string()).collect();
-    let token = cluster.worker_token();
-    let mut w = ScriptedWorker::attach(&addrs, token.expose(), "w1", 8, vec![], T).await?;
-    let d = deployed(&mut w).await?;
+    let (mut setup, mut w, d) = OneReplica::start(None).await?;
     let running: Vec<TaskMessage> = subtasks(&d)?
         .iter()
         .map(|(v, i)| TaskMessage::Status { task: attempt_id(&d, v, *i), status: TaskStatus::Running })
@@ -519,7 +527,7 @@ async fn malformed_batches_are_refused_whole_and_change_nothing() -> anyhow::Res
     }
     // The refusals came from the stream's reader before it handed anything over, so nothing of
     // those batches reached the job: it still waits for its tasks to run.
-    let r = client.job_runtimes().await?;
+    let r = setup.client.job_runtimes().await?;
     let phase = r.jobs.iter().find(|j| j.job_id == "j").map(|j| j.phase.clone());
     assert_ne!(phase.as_deref(), Some("running"), "a refused batch started the job");
 
@@ -528,12 +536,8 @@ async fn malformed_batches_are_refused_whole_and_change_nothing() -> anyhow::Res
     w.send(batch(reports)).await?;
     let (refusals, _, _) = until_confirmed(&mut w, last).await?;
     assert!(refusals.is_empty(), "{refusals:?}");
-    wait::until("the job to run", T, || async {
-        let r = cluster.client().ok()?.job_runtimes().await.ok()?;
-        r.jobs.iter().any(|j| j.job_id == "j" && j.phase == "running").then_some(())
-    })
-    .await?;
-    cluster.shutdown().await;
+    setup.job_running().await?;
+    setup.cluster.shutdown().await;
     Ok(())
 }
 
@@ -543,24 +547,15 @@ async fn malformed_batches_are_refused_whole_and_change_nothing() -> anyhow::Res
 /// and the fresh one completes. The job is neither cancelled nor redeployed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_trigger_lost_with_a_replaced_stream_is_aborted_and_triggered_again() -> anyhow::Result<()> {
-    init_test_logging();
-    let cluster = InProcCluster::start(1, test_timing()).await?;
-    cluster.wait_leader(T).await?;
-    let out = tempfile::tempdir()?;
-    let mut client = cluster.client()?;
     // The checkpoint timeout (30 s) is longer than any wait below.
-    client.register_job("j", &spec(out.path(), Some(200))).await?;
-    let addrs: Vec<String> = cluster.addrs.values().map(|a| a.to_string()).collect();
-    let token = cluster.worker_token();
-    let mut first = ScriptedWorker::attach(&addrs, token.expose(), "w1", 8, vec![], T).await?;
-    let d = deployed(&mut first).await?;
+    let (setup, mut first, d) = OneReplica::start(Some(200)).await?;
     report_all_running(&first, &d).await?;
     let trigger = first.expect_command(T, |c| is_trigger(c).is_some()).await?;
     let lost = is_trigger(&trigger).ok_or_else(|| anyhow::anyhow!("no trigger"))?;
 
     // The worker attaches again, on a new stream, with its running tasks; the first stream
     // stays open but its trigger is never acknowledged.
-    let mut second = ScriptedWorker::attach(&addrs, token.expose(), "w1", 8, attached(&d)?, T).await?;
+    let mut second = setup.attach(attached(&d)?).await?;
     let mut aborted = false;
     let next = loop {
         match second.next_non_heartbeat(T).await.context("waiting for a fresh trigger")? {
@@ -586,7 +581,7 @@ async fn a_trigger_lost_with_a_replaced_stream_is_aborted_and_triggered_again() 
         )
         .await?;
     drop(first);
-    cluster.shutdown().await;
+    setup.cluster.shutdown().await;
     Ok(())
 }
 
@@ -595,22 +590,9 @@ async fn a_trigger_lost_with_a_replaced_stream_is_aborted_and_triggered_again() 
 /// ignores whatever comes before `registered`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn registered_comes_first_even_when_jobs_answer_the_attach_at_once() -> anyhow::Result<()> {
-    init_test_logging();
-    let cluster = InProcCluster::start(1, test_timing()).await?;
-    cluster.wait_leader(T).await?;
-    let out = tempfile::tempdir()?;
-    let mut client = cluster.client()?;
-    client.register_job("j", &spec(out.path(), None)).await?;
-    let addrs: Vec<String> = cluster.addrs.values().map(|a| a.to_string()).collect();
-    let token = cluster.worker_token();
-    let mut w = ScriptedWorker::attach(&addrs, token.expose(), "w1", 8, vec![], T).await?;
-    let d = deployed(&mut w).await?;
+    let (setup, w, d) = OneReplica::start(None).await?;
     report_all_running(&w, &d).await?;
-    wait::until("the job to run", T, || async {
-        let r = cluster.client().ok()?.job_runtimes().await.ok()?;
-        r.jobs.iter().any(|j| j.job_id == "j" && j.phase == "running").then_some(())
-    })
-    .await?;
+    setup.job_running().await?;
     let mut tasks = attached(&d)?;
     let superseded = d.attempt as u64 + 100;
     tasks.extend(attached(&d)?.into_iter().map(|t| AttachedTask { attempt: superseded, ..t }));
@@ -625,7 +607,8 @@ async fn registered_comes_first_even_when_jobs_answer_the_attach_at_once() -> an
             data_addr: String::new(),
         };
         tx.send(WorkerMessage { body: Some(worker_message::Body::Register(register)) }).await?;
-        let mut inbound = gateway.attach(bearer(ReceiverStream::new(rx), token.expose())).await?.into_inner();
+        let mut inbound =
+            gateway.attach(bearer(ReceiverStream::new(rx), setup.token.expose())).await?.into_inner();
         let first = tokio::time::timeout(T, inbound.message()).await??.context("the stream ended")?;
         assert!(
             matches!(first.body, Some(leader_message::Body::Registered(_))),
@@ -642,7 +625,7 @@ async fn registered_comes_first_even_when_jobs_answer_the_attach_at_once() -> an
             }
         }
     }
-    cluster.shutdown().await;
+    setup.cluster.shutdown().await;
     Ok(())
 }
 
@@ -652,23 +635,14 @@ async fn registered_comes_first_even_when_jobs_answer_the_attach_at_once() -> an
 /// is accepted and completes the checkpoint (the fresh one the new stream was triggered with).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reports_of_a_superseded_session_are_refused() -> anyhow::Result<()> {
-    init_test_logging();
-    let cluster = InProcCluster::start(1, test_timing()).await?;
-    cluster.wait_leader(T).await?;
-    let out = tempfile::tempdir()?;
-    let mut client = cluster.client()?;
-    client.register_job("j", &spec(out.path(), Some(300))).await?;
-    let addrs: Vec<String> = cluster.addrs.values().map(|a| a.to_string()).collect();
-    let token = cluster.worker_token();
-    let mut old = ScriptedWorker::attach(&addrs, token.expose(), "w1", 8, vec![], T).await?;
-    let d = deployed(&mut old).await?;
+    let (setup, mut old, d) = OneReplica::start(Some(300)).await?;
     report_all_running(&old, &d).await?;
     let trigger = old.expect_command(T, |c| is_trigger(c).is_some()).await?;
     let id = is_trigger(&trigger).ok_or_else(|| anyhow::anyhow!("no trigger"))?;
 
     // The same worker registers again on a new stream, with the tasks it runs. The trigger of
     // checkpoint `id` may have been lost with the old stream, so the new one gets a fresh one.
-    let mut new = ScriptedWorker::attach(&addrs, token.expose(), "w1", 8, attached(&d)?, T).await?;
+    let mut new = setup.attach(attached(&d)?).await?;
     let fresh = new.expect_command(T, |c| is_trigger(c).is_some_and(|n| n > id)).await?;
     let next = is_trigger(&fresh).ok_or_else(|| anyhow::anyhow!("no trigger"))?;
     old.report(&ack(&d, "source", 0, next)).await?;
@@ -688,7 +662,7 @@ async fn reports_of_a_superseded_session_are_refused() -> anyhow::Result<()> {
         |c| matches!(c.body, ToTask::NotifyCheckpointComplete { checkpoint_id } if checkpoint_id == next),
     )
     .await?;
-    cluster.shutdown().await;
+    setup.cluster.shutdown().await;
     Ok(())
 }
 
@@ -697,30 +671,17 @@ async fn reports_of_a_superseded_session_are_refused() -> anyhow::Result<()> {
 /// (a new attempt) on the new stream.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deployment_lost_with_its_stream_is_sent_again() -> anyhow::Result<()> {
-    init_test_logging();
-    let cluster = InProcCluster::start(1, test_timing()).await?;
-    cluster.wait_leader(T).await?;
-    let out = tempfile::tempdir()?;
-    let mut client = cluster.client()?;
-    client.register_job("j", &spec(out.path(), Some(300))).await?;
-    let addrs: Vec<String> = cluster.addrs.values().map(|a| a.to_string()).collect();
-    let token = cluster.worker_token();
-    let mut old = ScriptedWorker::attach(&addrs, token.expose(), "w1", 8, vec![], T).await?;
-    let first = deployed(&mut old).await?;
+    let (setup, old, first) = OneReplica::start(Some(300)).await?;
     assert_eq!(first.attempt, 1);
     // The worker never read it: its new stream lists no tasks.
     drop(old);
-    let mut new = ScriptedWorker::attach(&addrs, token.expose(), "w1", 8, vec![], T).await?;
+    let mut new = setup.attach(vec![]).await?;
     let again = deployed(&mut new).await?;
     assert_eq!(again.job_id, "j");
     assert!(again.attempt > first.attempt, "attempt {} after {}", again.attempt, first.attempt);
     report_all_running(&new, &again).await?;
-    wait::until("the job to run", T, || async {
-        let r = cluster.client().ok()?.job_runtimes().await.ok()?;
-        r.jobs.iter().any(|j| j.job_id == "j" && j.phase == "running").then_some(())
-    })
-    .await?;
-    cluster.shutdown().await;
+    setup.job_running().await?;
+    setup.cluster.shutdown().await;
     Ok(())
 }
 
@@ -745,16 +706,7 @@ fn task_time(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn time_figures_become_rates_in_describe_and_nonsense_is_ignored() -> anyhow::Result<()> {
-    init_test_logging();
-    let cluster = InProcCluster::start(1, test_timing()).await?;
-    cluster.wait_leader(T).await?;
-    let out = tempfile::tempdir()?;
-    let mut client = cluster.client()?;
-    client.register_job("j", &spec(out.path(), None)).await?;
-    let addrs: Vec<String> = cluster.addrs.values().map(|a| a.to_string()).collect();
-    let token = cluster.worker_token();
-    let mut w = ScriptedWorker::attach(&addrs, token.expose(), "w1", 8, vec![], T).await?;
-    let d = deployed(&mut w).await?;
+    let (setup, mut w, d) = OneReplica::start(None).await?;
     report_all_running(&w, &d).await?;
     let tasks = subtasks(&d)?;
     let all = |figures: [u64; 3]| -> Vec<TaskTime> {
@@ -782,7 +734,7 @@ async fn time_figures_become_rates_in_describe_and_nonsense_is_ignored() -> anyh
     assert!(refused.message.contains("no task nope/0"), "{}", refused.message);
 
     let details = wait::until("figures for every task in DescribeJob", T, || {
-        let mut c = client.clone();
+        let mut c = setup.client.clone();
         async move {
             let req = cairn_proto::admin::JobRequest { job_id: "j".into() };
             let d = c

@@ -181,8 +181,10 @@ async fn deploys_the_demo_job_and_acknowledges_a_triggered_checkpoint() {
     worker.shutdown().await;
 }
 
-#[tokio::test]
-async fn acknowledgements_the_leader_did_not_confirm_are_sent_again_on_the_next_stream() {
+/// The reports a broken stream left unconfirmed come again, in order, on the next stream: to a
+/// leader that announced batches all in one message (they are all waiting when it attaches),
+/// else one per message. Once confirmed, none is sent again.
+async fn unconfirmed_reports_are_sent_again(batches: bool) {
     init_tracing();
     let dir = tempfile::tempdir().expect("tempdir");
     // This leader handles reports but its confirmations never arrive (the stream breaks first).
@@ -194,14 +196,25 @@ async fn acknowledgements_the_leader_did_not_confirm_are_sent_again_on_the_next_
     all_running(&worker, 3).await;
     session.command(2, &trigger(3, 1)).await;
     session.reports_until("acknowledgements of checkpoint 1", |r| acks_of(r, 1) == DEMO_TASKS).await;
+    let unconfirmed: Vec<u64> = session.messages.lock().expect("messages lock").concat();
+    assert!(
+        session.messages.lock().expect("messages lock").iter().all(|m| m.len() == 1),
+        "a leader that did not announce batches got one"
+    );
     drop(session);
     // Whatever the first stream did not confirm comes again, in order, on the next one.
-    leader.set_mode(Mode::Leader(LeaderMode::new(2)));
+    leader.set_mode(Mode::Leader(LeaderMode { batches, ..LeaderMode::new(2) }));
     let mut again = leader.next_session().await;
     again.reports_until("the unconfirmed acknowledgements again", |r| acks_of(r, 1) == DEMO_TASKS).await;
+    if batches {
+        let first = again.messages.lock().expect("messages lock").first().cloned();
+        assert_eq!(first, Some(unconfirmed), "the unconfirmed reports did not come as one batch, in order");
+    }
     // Confirmed now: a third stream gets none of them.
     again.command(2, &trigger(3, 2)).await;
     again.reports_until("acknowledgements of checkpoint 2", |r| acks_of(r, 2) == DEMO_TASKS).await;
+    let seqs: Vec<u64> = again.messages.lock().expect("messages lock").concat();
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "reports out of order: {seqs:?}");
     drop(again);
     let mut third = leader.next_session().await;
     third.command(2, &trigger(3, 3)).await;
@@ -215,44 +228,15 @@ async fn acknowledgements_the_leader_did_not_confirm_are_sent_again_on_the_next_
     worker.shutdown().await;
 }
 
-/// To a leader that takes batches, reports waiting together go out together: the reports a
-/// broken stream left unconfirmed are all waiting when the next stream attaches, and arrive in
-/// one message, in order; what follows is still confirmed and never sent again.
+#[tokio::test]
+async fn acknowledgements_the_leader_did_not_confirm_are_sent_again_on_the_next_stream() {
+    unconfirmed_reports_are_sent_again(false).await;
+}
+
+/// To a leader that takes batches, reports waiting together go out together.
 #[tokio::test]
 async fn reports_waiting_together_go_to_a_batching_leader_in_one_message() {
-    init_tracing();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let mode = LeaderMode { confirms: false, ..LeaderMode::new(2) };
-    let mut leader = FakeReplica::start(Mode::Leader(mode)).await;
-    let worker = Worker::start(config(&[&leader.addr])).expect("starts");
-    let mut session = leader.next_session().await;
-    session.deploy(2, &demo_deployment(dir.path(), 1)).await;
-    all_running(&worker, 1).await;
-    session.command(2, &trigger(1, 1)).await;
-    session.reports_until("acknowledgements of checkpoint 1", |r| acks_of(r, 1) == DEMO_TASKS).await;
-    let unconfirmed: Vec<u64> = session.messages.lock().expect("messages lock").concat();
-    assert!(
-        session.messages.lock().expect("messages lock").iter().all(|m| m.len() == 1),
-        "a leader that did not announce batches got one"
-    );
-    drop(session);
-
-    leader.set_mode(Mode::Leader(LeaderMode { batches: true, ..LeaderMode::new(2) }));
-    let mut again = leader.next_session().await;
-    again.reports_until("the unconfirmed reports again", |r| acks_of(r, 1) == DEMO_TASKS).await;
-    let first = again.messages.lock().expect("messages lock").first().cloned();
-    assert_eq!(first, Some(unconfirmed), "the unconfirmed reports did not come as one batch, in order");
-    again.command(2, &trigger(1, 2)).await;
-    again.reports_until("acknowledgements of checkpoint 2", |r| acks_of(r, 2) == DEMO_TASKS).await;
-    let seqs: Vec<u64> = again.messages.lock().expect("messages lock").concat();
-    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "reports out of order: {seqs:?}");
-    drop(again);
-    let mut third = leader.next_session().await;
-    third.command(2, &trigger(1, 3)).await;
-    let reports =
-        third.reports_until("acknowledgements of checkpoint 3", |r| acks_of(r, 3) == DEMO_TASKS).await;
-    assert_eq!(acks_of(&reports, 2), 0, "confirmed batched reports were sent again: {reports:?}");
-    worker.shutdown().await;
+    unconfirmed_reports_are_sent_again(true).await;
 }
 
 #[tokio::test]

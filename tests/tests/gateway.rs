@@ -765,3 +765,63 @@ async fn time_figures_become_rates_in_describe_and_nonsense_is_ignored() -> anyh
     }
     Ok(())
 }
+
+/// Checkpoints whose tasks write no file into their `chk-<id>` directory reuse the directory
+/// of a checkpoint the store subsumed (no inode allocated or freed per checkpoint); a job that
+/// ends leaves neither its checkpoints nor a spare directory behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkpoint_directories_are_reused_and_an_ended_job_leaves_none() -> anyhow::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let (setup, mut w, d) = OneReplica::start(Some(100)).await?;
+    report_all_running(&w, &d).await?;
+    let job_dir = setup.cluster.checkpoint_dir().join("j");
+    let inode = |id: u64| std::fs::metadata(job_dir.join(format!("chk-{id}/_metadata"))).map(|m| m.ino());
+    let mut inodes = Vec::new();
+    let mut previous: Option<u64> = None;
+    for round in 0..5 {
+        let trigger = w.expect_command(T, |c| is_trigger(c).is_some()).await?;
+        let id = is_trigger(&trigger).ok_or_else(|| anyhow::anyhow!("no trigger"))?;
+        for (v, i) in subtasks(&d)? {
+            w.report(&ack(&d, &v, i, id)).await?;
+        }
+        w.expect_command(
+            T,
+            |c| matches!(c.body, ToTask::NotifyCheckpointComplete { checkpoint_id } if checkpoint_id == id),
+        )
+        .await?;
+        let ino = inode(id).with_context(|| format!("checkpoint {id}'s _metadata"))?;
+        if round >= 2 {
+            assert!(
+                inodes.contains(&ino),
+                "checkpoint {id}'s _metadata is a new file, not one of {inodes:?}"
+            );
+        } else {
+            inodes.push(ino);
+        }
+        // The store retains one checkpoint: the one this one subsumed becomes a spare (before the
+        // next checkpoint's acknowledgements, so that its `_metadata` goes into it).
+        if let Some(subsumed) = previous {
+            let spare = job_dir.join(format!(".spare-chk-{subsumed}"));
+            wait::until("the subsumed checkpoint's directory to become a spare", T, || {
+                let kept = spare.exists() && !job_dir.join(format!("chk-{subsumed}")).exists();
+                async move { kept.then_some(()) }
+            })
+            .await?;
+        }
+        previous = Some(id);
+    }
+
+    // Every task finishes: the finished job keeps no checkpoint, and no spare.
+    for (v, i) in subtasks(&d)? {
+        w.report(&TaskMessage::Status { task: attempt_id(&d, &v, i), status: TaskStatus::Finished }).await?;
+    }
+    wait::until("the finished job's checkpoint directory to be empty", T, || {
+        let left: Vec<String> = std::fs::read_dir(&job_dir)
+            .map(|r| r.filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned())).collect())
+            .unwrap_or_default();
+        async move { left.is_empty().then_some(()) }
+    })
+    .await?;
+    setup.cluster.shutdown().await;
+    Ok(())
+}

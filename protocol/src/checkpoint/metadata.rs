@@ -5,7 +5,9 @@
 //! fsynced, renamed into place and the directory fsynced (and the directory's own entry in its
 //! parent), so a reader sees either nothing or the whole file, also after a power loss; a read
 //! verifies size and checksum against the pointer before decoding, and every state handle in it
-//! after decoding.
+//! after decoding. A leader may instead reuse the directory of a discarded checkpoint
+//! ([`write_metadata_reusing`]): the file is overwritten in place under a name nobody reads, fsynced,
+//! and the directory renamed into place, with the same guarantee. The file is compact JSON.
 //!
 //! Versions: 1 had keyed state as one file per key group; 2 has one file per operator and
 //! checkpoint indexed by key group (see `keyed`). Both decode.
@@ -99,6 +101,13 @@ pub struct MetadataPointer {
     pub crc32: u32,
 }
 
+impl MetadataPointer {
+    /// The pointer to `bytes` written at `path`.
+    pub fn of(path: &Path, bytes: &[u8]) -> Self {
+        Self { path: path.to_owned(), size: bytes.len() as u64, crc32: crc32fast::hash(bytes) }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum MetadataError {
     #[error("cannot write checkpoint metadata {path}: {source}")]
@@ -125,7 +134,7 @@ pub enum MetadataError {
 /// they write state, and a `_metadata` whose directory entry is lost is lost with it).
 pub fn write_metadata(path: &Path, meta: &CheckpointMetadata) -> Result<MetadataPointer, MetadataError> {
     let err = |source| MetadataError::Write { path: path.to_owned(), source };
-    let bytes = serde_json::to_vec_pretty(meta).map_err(|e| err(std::io::Error::other(e)))?;
+    let bytes = encode(path, meta)?;
     let dir = path.parent().ok_or_else(|| err(std::io::Error::other("metadata path has no parent")))?;
     let created = create_dir_all_synced(dir).map_err(err)?;
     let tmp = path.with_extension("inprogress");
@@ -139,7 +148,49 @@ pub fn write_metadata(path: &Path, meta: &CheckpointMetadata) -> Result<Metadata
     if !created && let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
         sync_dir(parent).map_err(err)?;
     }
-    Ok(MetadataPointer { path: path.to_owned(), size: bytes.len() as u64, crc32: crc32fast::hash(&bytes) })
+    Ok(MetadataPointer::of(path, &bytes))
+}
+
+/// Writes `meta` as `path`, a `_metadata` whose directory does not exist yet, by reusing
+/// `spare`: a directory beside that one (same parent) holding an old `_metadata` that nothing
+/// references any more, and that only this writer uses (renamed to a name of its own first, so
+/// that no other writer has it open). Allocates and frees no inode, where [`write_metadata`]
+/// creates a directory and a file (and retention later deletes both).
+///
+/// The old file is overwritten in place and fsynced, then `spare` is renamed to `path`'s
+/// directory and the parent fsynced, so the new `_metadata` is durable under its final name
+/// when this returns, as with [`write_metadata`]. Until the rename, `path` does not exist; a
+/// crash in between leaves `spare` holding the new content. `path`'s directory must not exist,
+/// or be empty (a rename replaces an empty directory); otherwise this fails and renames nothing.
+pub fn write_metadata_reusing(
+    spare: &Path,
+    path: &Path,
+    meta: &CheckpointMetadata,
+) -> Result<MetadataPointer, MetadataError> {
+    let err = |source| MetadataError::Write { path: path.to_owned(), source };
+    let name =
+        path.file_name().ok_or_else(|| err(std::io::Error::other("metadata path has no file name")))?;
+    let dir = path.parent().ok_or_else(|| err(std::io::Error::other("metadata path has no parent")))?;
+    let parent =
+        dir.parent().filter(|p| !p.as_os_str().is_empty() && spare.parent() == Some(*p)).ok_or_else(
+            || err(std::io::Error::other("the spare directory is not beside the checkpoint directory")),
+        )?;
+    let bytes = encode(path, meta)?;
+    {
+        let mut f = std::fs::OpenOptions::new().write(true).open(spare.join(name)).map_err(err)?;
+        f.write_all(&bytes).map_err(err)?;
+        f.set_len(bytes.len() as u64).map_err(err)?;
+        f.sync_all().map_err(err)?;
+    }
+    std::fs::rename(spare, dir).map_err(err)?;
+    sync_dir(parent).map_err(err)?;
+    Ok(MetadataPointer::of(path, &bytes))
+}
+
+/// The bytes of `_metadata` (compact JSON: the pointer's size and CRC are of these bytes).
+fn encode(path: &Path, meta: &CheckpointMetadata) -> Result<Vec<u8>, MetadataError> {
+    serde_json::to_vec(meta)
+        .map_err(|e| MetadataError::Write { path: path.to_owned(), source: std::io::Error::other(e) })
 }
 
 fn sync_dir(dir: &Path) -> std::io::Result<()> {
@@ -213,6 +264,7 @@ mod tests {
     use super::*;
     use crate::checkpoint::handles::StateFile;
     use crate::checkpoint::keyed::{KeyGroupSegment, KeyedStateHandle};
+    use crate::checkpoint::layout::METADATA_FILE;
     use crate::checkpoint::subtask::OperatorSubtaskState;
 
     fn segment(offset: u64, length: u64) -> KeyGroupSegment {
@@ -241,6 +293,55 @@ mod tests {
             subtasks: BTreeMap::from([(CheckpointMetadata::subtask_key("count", 0), st)]),
             master_states: BTreeMap::from([("offsets".into(), vec![1, 2, 3])]),
         }
+    }
+
+    #[test]
+    fn a_spare_directory_becomes_the_checkpoint_directory_with_the_new_metadata() {
+        use std::os::unix::fs::MetadataExt;
+        let root = tempfile::tempdir().unwrap();
+        let mut old = sample();
+        old.master_states.insert("padding".into(), vec![7; 4096]);
+        let first = write_metadata(&root.path().join("j/chk-3/_metadata"), &old).unwrap();
+        let spare = root.path().join("j/.spare-chk-3");
+        std::fs::rename(root.path().join("j/chk-3"), &spare).unwrap();
+        let inodes = (
+            std::fs::metadata(&spare).unwrap().ino(),
+            std::fs::metadata(spare.join(METADATA_FILE)).unwrap().ino(),
+        );
+
+        let path = root.path().join("j/chk-4/_metadata");
+        let ptr = write_metadata_reusing(&spare, &path, &sample()).unwrap();
+
+        assert_eq!(read_metadata(&ptr).unwrap(), sample(), "the shorter new content, nothing of the old");
+        assert!(ptr.size < first.size);
+        assert!(!spare.exists());
+        let reused = (
+            std::fs::metadata(path.parent().unwrap()).unwrap().ino(),
+            std::fs::metadata(&path).unwrap().ino(),
+        );
+        assert_eq!(reused, inodes, "the directory and the file are the spare's");
+    }
+
+    #[test]
+    fn reusing_a_spare_refuses_a_target_that_holds_files_and_renames_nothing() {
+        let root = tempfile::tempdir().unwrap();
+        write_metadata(&root.path().join("j/chk-3/_metadata"), &sample()).unwrap();
+        let spare = root.path().join("j/.spare-chk-3");
+        std::fs::rename(root.path().join("j/chk-3"), &spare).unwrap();
+        std::fs::create_dir_all(root.path().join("j/chk-4")).unwrap();
+        std::fs::write(root.path().join("j/chk-4/count-0.state"), b"state").unwrap();
+
+        let err =
+            write_metadata_reusing(&spare, &root.path().join("j/chk-4/_metadata"), &sample()).unwrap_err();
+        assert!(matches!(err, MetadataError::Write { .. }), "{err}");
+        assert!(spare.join(METADATA_FILE).exists());
+        assert!(root.path().join("j/chk-4/count-0.state").exists());
+        assert!(!root.path().join("j/chk-4/_metadata").exists());
+
+        let elsewhere = root.path().join("other/chk-5/_metadata");
+        let err = write_metadata_reusing(&spare, &elsewhere, &sample()).unwrap_err();
+        assert!(err.to_string().contains("not beside"), "{err}");
+        assert!(spare.exists());
     }
 
     #[test]

@@ -27,6 +27,6 @@ pub use kind::CheckpointKind;
 pub use layout::CheckpointLayout;
 pub use metadata::{
     CheckpointMetadata, MetadataError, MetadataPointer, VertexInfo, read_metadata, read_metadata_unverified,
-    write_metadata,
+    write_metadata, write_metadata_reusing,
 };
 pub use subtask::{ChannelStateHandle, OperatorSubtaskState, SubtaskState};

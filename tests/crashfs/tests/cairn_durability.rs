@@ -263,6 +263,7 @@ mod files {
     use cairn_protocol::checkpoint::metadata::METADATA_VERSION;
     use cairn_protocol::checkpoint::{
         CheckpointMetadata, KeyGroupRange, SubtaskState, read_metadata, write_metadata,
+        write_metadata_reusing,
     };
     use cairn_taskrt::demo::sink::{COMMITTED_DIR, PENDING_DIR, SinkConfig, TwoPhaseFileSink};
     use cairn_taskrt::exchange::Record;
@@ -334,24 +335,46 @@ mod files {
         }
     }
 
-    #[test]
-    fn metadata_in_a_new_directory_survives() {
-        let fs = mount();
-        let path = fs.path("savepoints/savepoint-job-7/_metadata");
-        let meta = CheckpointMetadata {
+    fn metadata(id: u64, kind: &str, padding: usize) -> CheckpointMetadata {
+        CheckpointMetadata {
             version: METADATA_VERSION,
             job: "job".into(),
-            checkpoint_id: 7,
-            kind: "savepoint".into(),
+            checkpoint_id: id,
+            kind: kind.into(),
             trigger_time_ms: 1,
             completion_time_ms: 2,
             vertices: Default::default(),
             subtasks: Default::default(),
-            master_states: Default::default(),
-        };
+            master_states: BTreeMap::from([("hook".to_owned(), vec![7; padding])]),
+        }
+    }
+
+    #[test]
+    fn metadata_in_a_new_directory_survives() {
+        let fs = mount();
+        let path = fs.path("savepoints/savepoint-job-7/_metadata");
+        let meta = metadata(7, "savepoint", 0);
         let pointer = write_metadata(&path, &meta).expect("write _metadata");
         fs.power_loss().expect("power loss");
         assert_eq!(read_metadata(&pointer).expect("_metadata after the power loss"), meta);
+    }
+
+    /// The leader's reuse of a subsumed checkpoint's directory: kept as a spare (a rename, not
+    /// synced), claimed (another rename), overwritten with shorter content and renamed into
+    /// place. The new `_metadata` survives whole; the old checkpoint's name does not come back.
+    #[test]
+    fn metadata_in_a_reused_directory_survives() {
+        let fs = mount();
+        let job = fs.path("checkpoints/job");
+        write_metadata(&job.join("chk-1/_metadata"), &metadata(1, "checkpoint", 4096)).expect("write chk-1");
+        std::fs::rename(job.join("chk-1"), job.join(".spare-chk-1")).expect("keep a spare");
+        std::fs::rename(job.join(".spare-chk-1"), job.join(".spare-chk-2")).expect("claim it");
+        let meta = metadata(2, "checkpoint", 10);
+        let pointer = write_metadata_reusing(&job.join(".spare-chk-2"), &job.join("chk-2/_metadata"), &meta)
+            .expect("write chk-2 into the spare");
+        fs.power_loss().expect("power loss");
+        assert_eq!(read_metadata(&pointer).expect("_metadata after the power loss"), meta);
+        assert_eq!(names(&job), ["chk-2"]);
     }
 
     fn info() -> TaskInfo {

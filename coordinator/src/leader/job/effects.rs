@@ -88,10 +88,23 @@ impl JobDriver {
     }
 
     pub(super) fn feed(&mut self, event: Event) {
+        let shutdown = matches!(event, Event::Shutdown { .. });
         let actions = self.feed_collect(event);
         self.execute_all(actions);
+        if shutdown {
+            self.remove_spares();
+        }
         self.record_stats();
         self.publish_metrics();
+    }
+
+    /// The job ended: its spare checkpoint directories go (none is kept from now on).
+    fn remove_spares(&mut self) {
+        let Some(job_dir) = self.core.as_ref().map(|c| c.layout().job_dir().to_owned()) else { return };
+        let spares = self.spares.clone();
+        self.io.spawn(async move {
+            let _ = tokio::task::spawn_blocking(move || spares.remove_all(&job_dir)).await;
+        });
     }
 
     /// Writes the statistics summary through Raft when the counts changed, at most once per
@@ -234,8 +247,10 @@ impl JobDriver {
                 self.timeouts.insert(checkpoint_id, at);
             }
             Action::WriteMetadata { checkpoint_id, path, metadata } => {
+                let spares = self.spares.clone();
                 self.spawn_internal(async move {
-                    let r = tokio::task::spawn_blocking(move || write_metadata(&path, &metadata)).await;
+                    let r =
+                        tokio::task::spawn_blocking(move || spares.write_metadata(&path, &metadata)).await;
                     Internal::Core(match r {
                         Ok(Ok(pointer)) => Event::MetadataWritten { checkpoint_id, pointer },
                         Ok(Err(e)) => Event::MetadataWriteFailed { checkpoint_id, error: e.to_string() },
@@ -266,8 +281,13 @@ impl JobDriver {
             }
             Action::DiscardCheckpoint { dirs, files, checkpoint_id, .. } => {
                 self.timeouts.remove(&checkpoint_id);
+                let spares = self.spares.clone();
                 self.io.spawn(async move {
-                    let _ = tokio::task::spawn_blocking(move || remove_paths(&dirs, &files)).await;
+                    let _ = tokio::task::spawn_blocking(move || {
+                        remove_paths(&[], &files);
+                        spares.discard(&dirs);
+                    })
+                    .await;
                 });
             }
             Action::DiscardJobCheckpoints { dirs, .. } => {

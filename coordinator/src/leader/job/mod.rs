@@ -25,6 +25,7 @@
 //! | `operator` | operator requests: triggers answered when started, cancel, configuration changes |
 //! | `export` | publishing the job's checkpoint figures to the replica's metrics |
 //! | `prepare` | reading the restore point and allocating an attempt |
+//! | `spares` | discarded checkpoint directories kept and reused for new checkpoints |
 //! | `claim` | taking over (and removing) the snapshot a `claim`-mode job restored from |
 //! | [`tasks`] | the graph's subtasks and the attempt-id mapping |
 
@@ -38,6 +39,7 @@ mod operator;
 mod prepare;
 mod reattach;
 mod reports;
+mod spares;
 pub mod tasks;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -47,7 +49,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use cairn_proto::v1::{AttachedTask, GatewayError, LeaderMessage, leader_message};
 use cairn_protocol::checkpoint::CheckpointKind;
-use cairn_protocol::checkpoint::write_metadata;
 use cairn_protocol::messages::{
     CheckpointOptions as TaskCheckpointOptions, DeclineReason, Deployment, DeploymentPlacement,
     PlacedSubtask, TaskCommand, TaskMessage, TaskStatus as RtTaskStatus, ToTask,
@@ -290,6 +291,8 @@ pub(crate) struct JobDriver {
     recorded_counts: Option<(crate::checkpoint::stats::CheckpointCounts, u32)>,
     recorded_at: Option<Instant>,
     io: JoinSet<()>,
+    /// Discarded checkpoint directories kept for reuse (see `spares`).
+    spares: Arc<spares::Spares>,
     /// The job's series on `/metrics`; dropping the driver removes them.
     series: crate::metrics::JobSeries,
 }
@@ -355,6 +358,7 @@ impl JobDriver {
             recorded_counts: None,
             recorded_at: None,
             io: JoinSet::new(),
+            spares: Arc::default(),
             series,
         };
         (driver, JobHandle { tx, reports: reports_tx })

@@ -319,7 +319,7 @@ async fn jobs_checkpoints_and_savepoints_through_the_admin_api() -> anyhow::Resu
     wait::until("the driver to use the new interval", T, || async {
         let leader = cluster.wait_leader(T).await.ok()?;
         let term = cluster.replica(leader)?.leader().current()?;
-        let view = term.jobs().await.ok()?.into_iter().find(|v| v.job == "a")?;
+        let view = term.job(cairn_raft::model::JobId::new("a").ok()?).await.ok()??;
         (view.checkpoint?.interval == Some(Duration::from_millis(150))).then_some(())
     })
     .await?;

@@ -9,9 +9,9 @@ use crate::checkpoint::TriggerSuccess;
 /// Answer to a trigger request: where the snapshot went, or why it failed.
 pub type TriggerReply = Result<TriggerSuccess, String>;
 
-/// A job driver's state, for status calls.
+/// What a job driver is doing, in brief: what a listing of every job shows.
 #[derive(Debug, Clone, Serialize)]
-pub struct JobView {
+pub struct JobSummary {
     pub job: String,
     pub phase: String,
     pub attempt: Option<u32>,
@@ -19,6 +19,13 @@ pub struct JobView {
     pub pending_checkpoints: Vec<u64>,
     /// Restarts of the job's tasks driven by this leader term.
     pub restarts: u64,
+}
+
+/// A job driver's state, for status calls about one job.
+#[derive(Debug, Clone, Serialize)]
+pub struct JobView {
+    #[serde(flatten)]
+    pub summary: JobSummary,
     /// The job's subtasks and where they run.
     pub tasks: Vec<TaskView>,
     /// Checkpoint statistics of the running coordinator (absent before the first deployment).

@@ -20,7 +20,7 @@ use cairn_raft::model::JobId;
 use tokio::sync::{mpsc, oneshot, watch};
 use tonic::Status;
 
-use super::api::{JobView, StartedReply, TriggerKey, TriggerReply};
+use super::api::{JobSummary, JobView, StartedReply, TriggerKey, TriggerReply};
 use crate::checkpoint::TriggerKind;
 
 /// What a worker says about itself when it attaches.
@@ -87,7 +87,11 @@ pub(crate) enum RuntimeCmd {
         reply: oneshot::Sender<TriggerReply>,
     },
     Jobs {
-        reply: oneshot::Sender<Vec<JobView>>,
+        reply: oneshot::Sender<Vec<JobSummary>>,
+    },
+    Job {
+        job: JobId,
+        reply: oneshot::Sender<Option<JobView>>,
     },
     TriggerStarted {
         job: JobId,
@@ -334,9 +338,16 @@ impl TermHandle {
         self.ask(|reply| RuntimeCmd::Workers { reply }).await
     }
 
-    /// What every job driver of this term is doing.
-    pub async fn jobs(&self) -> Result<Vec<JobView>, Status> {
+    /// What every job driver of this term is doing, in brief.
+    pub async fn jobs(&self) -> Result<Vec<JobSummary>, Status> {
         self.ask(|reply| RuntimeCmd::Jobs { reply }).await
+    }
+
+    /// What `job`'s driver is doing, with its tasks and statistics; `None` when this term does
+    /// not drive it. Asks that driver alone: a status call about one job costs the same with a
+    /// thousand jobs as with one.
+    pub async fn job(&self, job: JobId) -> Result<Option<JobView>, Status> {
+        self.ask(|reply| RuntimeCmd::Job { job, reply }).await
     }
 
     /// Resolves when this term's runtime has stopped.

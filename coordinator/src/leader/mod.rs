@@ -25,7 +25,7 @@ use openraft::ServerState;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-pub use api::{JobView, StartRefusal, StartedReply, TaskView, TriggerKey, TriggerReply};
+pub use api::{JobSummary, JobView, StartRefusal, StartedReply, TaskView, TriggerKey, TriggerReply};
 pub use handle::{Session, TermHandle, WorkerGrant, WorkerInfo, WorkerLease, WorkerSlots};
 
 use crate::config::WorkerTiming;

@@ -373,8 +373,18 @@ impl Runtime {
                 // placing jobs for as long as an operator (or the console) kept asking.
                 let handles: Vec<JobHandle> = self.jobs.values().cloned().collect();
                 tokio::spawn(async move {
-                    let views = futures::future::join_all(handles.iter().map(JobHandle::view)).await;
+                    let views = futures::future::join_all(handles.iter().map(JobHandle::summary)).await;
                     let _ = reply.send(views.into_iter().flatten().collect());
+                });
+            }
+            RuntimeCmd::Job { job, reply } => {
+                let handle = self.jobs.get(&job).cloned();
+                tokio::spawn(async move {
+                    let view = match handle {
+                        Some(h) => h.view().await,
+                        None => None,
+                    };
+                    let _ = reply.send(view);
                 });
             }
         }

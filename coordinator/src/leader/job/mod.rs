@@ -64,7 +64,7 @@ pub use self::prepare::{Prepared, graph_of, read_retained};
 use self::prepare::{prepare, remove_paths};
 use self::tasks::{GraphTasks, core_attempt, split_attempt};
 use super::LeaderOptions;
-pub use super::api::{JobView, StartRefusal, StartedReply, TaskView, TriggerKey, TriggerReply};
+pub use super::api::{JobSummary, JobView, StartRefusal, StartedReply, TaskView, TriggerKey, TriggerReply};
 use super::handle::{ReportInput, TermHandle, WorkerGrant, WorkerLease};
 use crate::checkpoint::{
     Action, CheckpointCoordinatorCore, CheckpointFailureReason, CheckpointOptions, CoreConfig, Event, Now,
@@ -112,6 +112,9 @@ pub(crate) enum JobInput {
     },
     View {
         reply: oneshot::Sender<JobView>,
+    },
+    Summary {
+        reply: oneshot::Sender<JobSummary>,
     },
     Stop,
     Internal(Internal),
@@ -173,6 +176,12 @@ impl JobHandle {
     pub(crate) async fn view(&self) -> Option<JobView> {
         let (tx, rx) = oneshot::channel();
         self.tx.send(JobInput::View { reply: tx }).await.ok()?;
+        rx.await.ok()
+    }
+
+    pub(crate) async fn summary(&self) -> Option<JobSummary> {
+        let (tx, rx) = oneshot::channel();
+        self.tx.send(JobInput::Summary { reply: tx }).await.ok()?;
         rx.await.ok()
     }
 }
@@ -525,18 +534,29 @@ impl JobDriver {
             JobInput::View { reply } => {
                 let _ = reply.send(self.view());
             }
+            JobInput::Summary { reply } => {
+                let _ = reply.send(self.summary());
+            }
             JobInput::Internal(i) => self.on_internal(i),
         }
     }
 
-    fn view(&self) -> JobView {
-        JobView {
+    fn summary(&self) -> JobSummary {
+        JobSummary {
             job: self.job.to_string(),
             phase: format!("{:?}", self.phase).to_lowercase(),
             attempt: self.deployed.as_ref().map(|d| d.attempt),
             worker: self.deployed.as_ref().map(|d| d.workers()),
             pending_checkpoints: self.core.as_ref().map(|c| c.pending_ids()).unwrap_or_default(),
             restarts: self.restarts,
+        }
+    }
+
+    /// The summary, the tasks and a copy of the checkpoint statistics (their whole history:
+    /// asked for one job at a time).
+    fn view(&self) -> JobView {
+        JobView {
+            summary: self.summary(),
             tasks: self.task_views(),
             stats: self.core.as_ref().map(|c| c.stats().clone()),
             checkpoint: self.core.as_ref().map(|c| c.checkpoint_config().clone()),

@@ -145,7 +145,7 @@ impl AdminService {
             }
             return Ok(o);
         }
-        if view.is_some_and(|v| v.pending_checkpoints.contains(&id)) {
+        if view.is_some_and(|v| v.summary.pending_checkpoints.contains(&id)) {
             return Ok(outcome(id, "in_progress", None));
         }
         Ok(outcome(id, "unknown", None))

@@ -65,7 +65,7 @@ impl AdminService {
     /// The leader's live view of `job`, if this replica's runtime drives it.
     pub(super) async fn live_view(&self, job: &JobId) -> Option<JobView> {
         let term = self.leader.current()?;
-        term.jobs().await.ok()?.into_iter().find(|v| v.job == job.as_str())
+        term.job(job.clone()).await.ok()?
     }
 
     pub(super) async fn submit_job(
@@ -182,8 +182,8 @@ impl AdminService {
                 record.spec.graph.to_string()
             },
             restore_from: record.spec.restore_from.clone().unwrap_or_default(),
-            phase: view.as_ref().map(|v| v.phase.clone()).unwrap_or_default(),
-            attempt: view.as_ref().and_then(|v| v.attempt).unwrap_or(record.attempts),
+            phase: view.as_ref().map(|v| v.summary.phase.clone()).unwrap_or_default(),
+            attempt: view.as_ref().and_then(|v| v.summary.attempt).unwrap_or(record.attempts),
             tasks: view
                 .as_ref()
                 .map(|v| {
@@ -210,7 +210,7 @@ impl AdminService {
                 .filter(|w| used.contains(w.worker_id.as_str()))
                 .map(|w| pb::WorkerInfo { worker_id: w.worker_id, slots: w.slots, slots_used: w.used })
                 .collect(),
-            pending_checkpoints: view.map(|v| v.pending_checkpoints).unwrap_or_default(),
+            pending_checkpoints: view.map(|v| v.summary.pending_checkpoints).unwrap_or_default(),
             next_checkpoint_id: record.next_checkpoint_id,
             restore_mode: convert::restore_mode_name(record.spec.restore_mode).to_owned(),
             restart: Some(convert::restart_status(

@@ -111,6 +111,30 @@ fn is_trigger(c: &cairn_protocol::messages::TaskCommand) -> Option<u64> {
     }
 }
 
+/// Waits (bounded) for the next trigger on `w`'s stream: its checkpoint id.
+async fn next_trigger(w: &mut ScriptedWorker) -> anyhow::Result<u64> {
+    let trigger = w.expect_command(T, |c| is_trigger(c).is_some()).await?;
+    is_trigger(&trigger).ok_or_else(|| anyhow::anyhow!("no trigger"))
+}
+
+/// Every task of `d` acknowledges checkpoint `id` with empty state, one report each.
+async fn ack_all(w: &ScriptedWorker, d: &Deployment, id: u64) -> anyhow::Result<()> {
+    for (v, i) in subtasks(d)? {
+        w.report(&ack(d, &v, i, id)).await?;
+    }
+    Ok(())
+}
+
+/// Waits (bounded) for the completion notice of checkpoint `id` on `w`'s stream.
+async fn notified_complete(w: &mut ScriptedWorker, id: u64) -> anyhow::Result<()> {
+    w.expect_command(
+        T,
+        |c| matches!(c.body, ToTask::NotifyCheckpointComplete { checkpoint_id } if checkpoint_id == id),
+    )
+    .await?;
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_gateway_input_is_refused_precisely_and_changes_nothing() -> anyhow::Result<()> {
     init_test_logging();
@@ -213,11 +237,7 @@ async fn bad_gateway_input_is_refused_precisely_and_changes_nothing() -> anyhow:
             w.report(&ack(&d, &v, i, id)).await?;
         }
     }
-    w.expect_command(
-        T,
-        |c| matches!(c.body, ToTask::NotifyCheckpointComplete { checkpoint_id } if checkpoint_id == id),
-    )
-    .await?;
+    notified_complete(&mut w, id).await?;
     let rec = reader.job(&job).ok_or_else(|| anyhow::anyhow!("job gone"))?;
     assert_eq!(rec.completed.last().map(|c| c.id), Some(id), "notified before it was in the store");
     assert!(std::path::Path::new(&rec.completed[0].metadata_path).exists(), "_metadata was not written");
@@ -282,11 +302,8 @@ async fn leader_stopped_between_ack_and_completion() -> anyhow::Result<()> {
     let mut w = ScriptedWorker::attach(&addrs, token.expose(), "w1", 8, vec![], T).await?;
     let d = deployed(&mut w).await?;
     report_all_running(&w, &d).await?;
-    let trigger = w.expect_command(T, |c| is_trigger(c).is_some()).await?;
-    let id = is_trigger(&trigger).ok_or_else(|| anyhow::anyhow!("no trigger"))?;
-    for (v, i) in subtasks(&d)? {
-        w.report(&ack(&d, &v, i, id)).await?;
-    }
+    let id = next_trigger(&mut w).await?;
+    ack_all(&w, &d, id).await?;
     // Stop the replica this worker is attached to (under load, leadership may have moved since the
     // trigger; the scenario is the same: the replica that heard the acknowledgements goes away).
     let old = cluster
@@ -489,11 +506,7 @@ async fn a_batch_of_reports_is_handled_as_its_reports_and_confirmed_once() -> an
     w.send(batch(acks)).await?;
     let (refusals, _, _) = until_confirmed(&mut w, last).await?;
     assert!(refusals.is_empty(), "acknowledgements refused: {refusals:?}");
-    w.expect_command(
-        T,
-        |c| matches!(c.body, ToTask::NotifyCheckpointComplete { checkpoint_id } if checkpoint_id == id),
-    )
-    .await?;
+    notified_complete(&mut w, id).await?;
     let job = setup.client.get_job("j").await?;
     assert!(job.completed_checkpoint_ids.contains(&id), "checkpoint {id} is not in the store: {job:?}");
     setup.cluster.shutdown().await;
@@ -550,8 +563,7 @@ async fn a_trigger_lost_with_a_replaced_stream_is_aborted_and_triggered_again() 
     // The checkpoint timeout (30 s) is longer than any wait below.
     let (setup, mut first, d) = OneReplica::start(Some(200)).await?;
     report_all_running(&first, &d).await?;
-    let trigger = first.expect_command(T, |c| is_trigger(c).is_some()).await?;
-    let lost = is_trigger(&trigger).ok_or_else(|| anyhow::anyhow!("no trigger"))?;
+    let lost = next_trigger(&mut first).await?;
 
     // The worker attaches again, on a new stream, with its running tasks; the first stream
     // stays open but its trigger is never acknowledged.
@@ -571,15 +583,8 @@ async fn a_trigger_lost_with_a_replaced_stream_is_aborted_and_triggered_again() 
     };
     assert!(next > lost, "fresh trigger {next} is not above the lost {lost}");
     assert!(aborted, "checkpoint {lost} was not aborted on the new stream before {next} was triggered");
-    for (v, i) in subtasks(&d)? {
-        second.report(&ack(&d, &v, i, next)).await?;
-    }
-    second
-        .expect_command(
-            T,
-            |c| matches!(c.body, ToTask::NotifyCheckpointComplete { checkpoint_id } if checkpoint_id == next),
-        )
-        .await?;
+    ack_all(&second, &d, next).await?;
+    notified_complete(&mut second, next).await?;
     drop(first);
     setup.cluster.shutdown().await;
     Ok(())
@@ -637,8 +642,7 @@ async fn registered_comes_first_even_when_jobs_answer_the_attach_at_once() -> an
 async fn reports_of_a_superseded_session_are_refused() -> anyhow::Result<()> {
     let (setup, mut old, d) = OneReplica::start(Some(300)).await?;
     report_all_running(&old, &d).await?;
-    let trigger = old.expect_command(T, |c| is_trigger(c).is_some()).await?;
-    let id = is_trigger(&trigger).ok_or_else(|| anyhow::anyhow!("no trigger"))?;
+    let id = next_trigger(&mut old).await?;
 
     // The same worker registers again on a new stream, with the tasks it runs. The trigger of
     // checkpoint `id` may have been lost with the old stream, so the new one gets a fresh one.
@@ -654,14 +658,8 @@ async fn reports_of_a_superseded_session_are_refused() -> anyhow::Result<()> {
         Err(e) => assert!(e.to_string().contains("ended the stream"), "{e:#}"),
     }
     // Had the old stream's acknowledgement counted, this one would be a duplicate.
-    for (v, i) in subtasks(&d)? {
-        new.report(&ack(&d, &v, i, next)).await?;
-    }
-    new.expect_command(
-        T,
-        |c| matches!(c.body, ToTask::NotifyCheckpointComplete { checkpoint_id } if checkpoint_id == next),
-    )
-    .await?;
+    ack_all(&new, &d, next).await?;
+    notified_complete(&mut new, next).await?;
     setup.cluster.shutdown().await;
     Ok(())
 }
@@ -779,16 +777,9 @@ async fn checkpoint_directories_are_reused_and_an_ended_job_leaves_none() -> any
     let mut inodes = Vec::new();
     let mut previous: Option<u64> = None;
     for round in 0..5 {
-        let trigger = w.expect_command(T, |c| is_trigger(c).is_some()).await?;
-        let id = is_trigger(&trigger).ok_or_else(|| anyhow::anyhow!("no trigger"))?;
-        for (v, i) in subtasks(&d)? {
-            w.report(&ack(&d, &v, i, id)).await?;
-        }
-        w.expect_command(
-            T,
-            |c| matches!(c.body, ToTask::NotifyCheckpointComplete { checkpoint_id } if checkpoint_id == id),
-        )
-        .await?;
+        let id = next_trigger(&mut w).await?;
+        ack_all(&w, &d, id).await?;
+        notified_complete(&mut w, id).await?;
         let ino = inode(id).with_context(|| format!("checkpoint {id}'s _metadata"))?;
         if round >= 2 {
             assert!(

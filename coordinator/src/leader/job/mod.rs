@@ -174,14 +174,18 @@ impl JobHandle {
     }
 
     pub(crate) async fn view(&self) -> Option<JobView> {
-        let (tx, rx) = oneshot::channel();
-        self.tx.send(JobInput::View { reply: tx }).await.ok()?;
-        rx.await.ok()
+        self.ask(|reply| JobInput::View { reply }).await
     }
 
     pub(crate) async fn summary(&self) -> Option<JobSummary> {
+        self.ask(|reply| JobInput::Summary { reply }).await
+    }
+
+    /// Sends the input `make` builds around a reply channel and waits for the answer; `None`
+    /// when the driver has ended.
+    async fn ask<T>(&self, make: impl FnOnce(oneshot::Sender<T>) -> JobInput) -> Option<T> {
         let (tx, rx) = oneshot::channel();
-        self.tx.send(JobInput::Summary { reply: tx }).await.ok()?;
+        self.tx.send(make(tx)).await.ok()?;
         rx.await.ok()
     }
 }

@@ -54,6 +54,12 @@ struct State {
     closed: bool,
 }
 
+impl State {
+    fn has_room(&self) -> bool {
+        !self.closed && self.spares.len() < SPARES_PER_JOB
+    }
+}
+
 impl Spares {
     /// Writes the `_metadata` at `path` durably, into a spare directory when `path` is a
     /// checkpoint's whose directory does not exist yet and a spare is at hand.
@@ -105,7 +111,8 @@ impl Spares {
     fn keep(&self, dir: &Path) -> bool {
         let Some(job_dir) = dir.parent().filter(|_| is_checkpoint_dir_name(dir)) else { return false };
         self.adopt(job_dir);
-        if !self.has_room() || !holds_only_metadata(dir) {
+        let room = self.lock().has_room();
+        if !room || !holds_only_metadata(dir) {
             return false;
         }
         let Some(name) = dir.file_name() else { return false };
@@ -115,7 +122,7 @@ impl Spares {
             return false;
         }
         let mut state = self.lock();
-        if state.closed || state.spares.len() >= SPARES_PER_JOB {
+        if !state.has_room() {
             drop(state);
             remove_paths(&[spare], &[]);
         } else {
@@ -131,20 +138,21 @@ impl Spares {
         Some(state.spares.swap_remove(at))
     }
 
-    fn has_room(&self) -> bool {
-        let state = self.lock();
-        !state.closed && state.spares.len() < SPARES_PER_JOB
-    }
-
     /// Takes over the spares an earlier leader left in `job_dir`, once per term and directory.
     fn adopt(&self, job_dir: &Path) {
-        if !self.lock().scanned.insert(job_dir.to_owned()) {
-            return;
+        {
+            // Checked on every write and discard: no allocation once the directory is known.
+            let mut state = self.lock();
+            if state.scanned.contains(job_dir) {
+                return;
+            }
+            state.scanned.insert(job_dir.to_owned());
         }
         let mut surplus = Vec::new();
         for spare in leftover_spares(job_dir) {
+            let usable = holds_only_metadata(&spare);
             let mut state = self.lock();
-            if !state.closed && state.spares.len() < SPARES_PER_JOB && holds_only_metadata(&spare) {
+            if usable && state.has_room() {
                 state.spares.push(spare);
             } else {
                 surplus.push(spare);

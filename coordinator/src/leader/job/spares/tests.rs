@@ -32,6 +32,15 @@ impl Job {
         Self { _root: root, dir }
     }
 
+    /// A job whose checkpoints 1 to `last` completed through a fresh `Spares` (no spare yet).
+    fn with_completed(last: u64) -> (Self, Spares) {
+        let (job, spares) = (Self::new(), Spares::default());
+        for id in 1..=last {
+            job.complete(&spares, id, 10);
+        }
+        (job, spares)
+    }
+
     fn chk(&self, id: u64) -> PathBuf {
         self.dir.join(format!("chk-{id}"))
     }
@@ -89,11 +98,7 @@ fn a_subsumed_checkpoint_directory_becomes_the_next_one() {
 
 #[test]
 fn directories_holding_more_than_metadata_are_deleted_and_at_most_two_are_kept() {
-    let job = Job::new();
-    let spares = Spares::default();
-    for id in 1..=4 {
-        job.complete(&spares, id, 10);
-    }
+    let (job, spares) = Job::with_completed(4);
     std::fs::write(job.chk(1).join("count-0.state"), b"state").unwrap();
     std::fs::create_dir(job.chk(4).join("nested")).unwrap();
     std::fs::create_dir(job.chk(5)).unwrap();
@@ -111,9 +116,7 @@ fn directories_holding_more_than_metadata_are_deleted_and_at_most_two_are_kept()
 
 #[test]
 fn a_checkpoint_whose_tasks_wrote_into_its_directory_gets_a_fresh_metadata_file() {
-    let job = Job::new();
-    let spares = Spares::default();
-    job.complete(&spares, 1, 10);
+    let (job, spares) = Job::with_completed(1);
     spares.discard(&[job.chk(1)]);
     std::fs::create_dir_all(job.chk(2)).unwrap();
     std::fs::write(job.chk(2).join("count-0.state"), b"state").unwrap();
@@ -126,9 +129,7 @@ fn a_checkpoint_whose_tasks_wrote_into_its_directory_gets_a_fresh_metadata_file(
 
 #[test]
 fn paths_that_are_not_a_checkpoint_directory_are_written_and_deleted_as_before() {
-    let job = Job::new();
-    let spares = Spares::default();
-    job.complete(&spares, 1, 10);
+    let (job, spares) = Job::with_completed(1);
     spares.discard(&[job.chk(1)]);
 
     let savepoint = job.dir.join("savepoint-j-2-00000000abcd");
@@ -142,11 +143,7 @@ fn paths_that_are_not_a_checkpoint_directory_are_written_and_deleted_as_before()
 
 #[test]
 fn a_new_leader_adopts_the_spares_it_finds_and_deletes_the_surplus() {
-    let job = Job::new();
-    let earlier = Spares::default();
-    for id in 1..=3 {
-        job.complete(&earlier, id, 10);
-    }
+    let (job, earlier) = Job::with_completed(3);
     earlier.discard(&[job.chk(1), job.chk(2)]);
     // A crash between claiming a spare and renaming it into place leaves one more; a leader
     // that kept more (or an older build) may leave others, possibly not holding only metadata.
@@ -166,9 +163,7 @@ fn a_new_leader_adopts_the_spares_it_finds_and_deletes_the_surplus() {
 
 #[test]
 fn two_leaders_holding_one_spare_never_write_into_it_both() {
-    let job = Job::new();
-    let deposed = Spares::default();
-    job.complete(&deposed, 1, 10);
+    let (job, deposed) = Job::with_completed(1);
     deposed.discard(&[job.chk(1)]);
     let leader = Spares::default();
 
@@ -185,11 +180,7 @@ fn two_leaders_holding_one_spare_never_write_into_it_both() {
 
 #[test]
 fn after_the_job_ends_spares_are_deleted_and_none_is_kept() {
-    let job = Job::new();
-    let spares = Spares::default();
-    for id in 1..=3 {
-        job.complete(&spares, id, 10);
-    }
+    let (job, spares) = Job::with_completed(3);
     spares.discard(&[job.chk(1)]);
     std::fs::rename(job.chk(2), job.dir.join(".spare-chk-2")).unwrap();
 

@@ -1,7 +1,8 @@
 //! The task gateway and the leader's job driver, exercised by a scripted worker over real gRPC:
 //! deployment, checkpoint completion notified only after the Raft commit, precise refusals of
-//! bad input that change nothing, a leader stopped between the acknowledgements and the
-//! completion, and tasks' time figures turned into the rates `DescribeJob` shows.
+//! bad input that change nothing, a leader that hands over naming its successor, a leader
+//! stopped between the acknowledgements and the completion, and tasks' time figures turned into
+//! the rates `DescribeJob` shows.
 
 use std::time::Duration;
 
@@ -44,6 +45,16 @@ fn spec(output: &std::path::Path, interval_ms: Option<u64>) -> String {
         checkpoint["interval"] = serde_json::json!(format!("{ms}ms"));
     }
     serde_json::json!({ "graph": graph, "checkpoint": checkpoint }).to_string()
+}
+
+/// The replica a scripted worker is attached to.
+fn attached_to(cluster: &InProcCluster, w: &ScriptedWorker) -> anyhow::Result<u64> {
+    cluster
+        .addrs
+        .iter()
+        .find(|(_, a)| a.to_string() == w.leader_addr)
+        .map(|(id, _)| *id)
+        .ok_or_else(|| anyhow::anyhow!("attached to {} which is no replica", w.leader_addr))
 }
 
 async fn deployed(w: &mut ScriptedWorker) -> anyhow::Result<Deployment> {
@@ -285,6 +296,41 @@ async fn follower_refuses_attach_with_leader_hint() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A leader that hands its leadership over (as on SIGTERM, in a rolling restart) ends its
+/// workers' streams with the not-leader status naming its successor, so they go straight there
+/// instead of searching the replicas with pauses in between.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handover_ends_worker_streams_naming_the_successor() -> anyhow::Result<()> {
+    init_test_logging();
+    let cluster = InProcCluster::start(3, test_timing()).await?;
+    cluster.wait_leader(T).await?;
+    let addrs: Vec<String> = cluster.addrs.values().map(|a| a.to_string()).collect();
+    let token = cluster.worker_token();
+    let mut w = ScriptedWorker::attach(&addrs, token.expose(), "w1", 8, vec![], T).await?;
+    let old = attached_to(&cluster, &w)?;
+    let replica = cluster.replica(old).ok_or_else(|| anyhow::anyhow!("replica {old} is not running"))?;
+    let ended = async {
+        loop {
+            if let Err(e) = w.next_non_heartbeat(T).await {
+                return e;
+            }
+        }
+    };
+    let (handed, ended) = tokio::join!(replica.hand_off_leadership(T), ended);
+    let (new, term) = handed?.ok_or_else(|| anyhow::anyhow!("replica {old} had nothing to hand over"))?;
+    assert_ne!(new, old);
+    assert!(term > w.term, "the new term {term} is not above {}", w.term);
+    let status = ended
+        .downcast_ref::<tonic::Status>()
+        .ok_or_else(|| anyhow::anyhow!("the stream ended without a status: {ended:#}"))?;
+    let hint =
+        parse_not_leader(status).ok_or_else(|| anyhow::anyhow!("not a not-leader status: {status:?}"))?;
+    assert_eq!(hint.leader_id, Some(new), "{status:?}");
+    assert_eq!(hint.leader_addr, Some(cluster.addrs[&new].to_string()), "{status:?}");
+    cluster.shutdown().await;
+    Ok(())
+}
+
 /// The leader is stopped right after the last acknowledgement. Either the checkpoint made it
 /// into the store (and the new leader notifies it), or it did not (and nobody ever notifies it);
 /// checkpoint ids continue above every id seen.
@@ -306,12 +352,7 @@ async fn leader_stopped_between_ack_and_completion() -> anyhow::Result<()> {
     ack_all(&w, &d, id).await?;
     // Stop the replica this worker is attached to (under load, leadership may have moved since the
     // trigger; the scenario is the same: the replica that heard the acknowledgements goes away).
-    let old = cluster
-        .addrs
-        .iter()
-        .find(|(_, a)| a.to_string() == w.leader_addr)
-        .map(|(id, _)| *id)
-        .ok_or_else(|| anyhow::anyhow!("attached to {} which is no replica", w.leader_addr))?;
+    let old = attached_to(&cluster, &w)?;
     cluster.stop(old).await;
     // The stopped replica's port is free for anyone (another test's cluster may take it): only
     // dial the replicas that still run.

@@ -6,13 +6,14 @@
 //! identity may use, and while a session for that id lives, another session must prove the same
 //! identity. A refused attach changes nothing.
 //!
-//! A replica that does not lead (or whose runtime for the term is not up yet) refuses `Attach`
-//! with the not-leader status and the leader hint. On the leader, the first message must be a
-//! valid `register`; then heartbeats and task reports flow in, and leader messages (all stamped
-//! with the term) flow out through a bounded outbox. A report that cannot be decoded or is
-//! refused is answered with an `error` message on the stream, which stays open; the refusal
-//! changes nothing. When the term's runtime stops, the stream ends and the worker looks for the
-//! new leader.
+//! A replica that does not lead refuses `Attach` with the not-leader status and the leader hint;
+//! one that knows of no leader yet (an election, or its own runtime starting) first waits,
+//! bounded, for the outcome ([`settle`]). On the leader, the first message must be a valid
+//! `register`; then heartbeats and task reports flow in, and leader messages (all stamped with
+//! the term) flow out through a bounded outbox. A report that cannot be decoded or is refused is
+//! answered with an `error` message on the stream, which stays open; the refusal changes nothing.
+//! When the term's runtime stops, the stream ends with the not-leader status naming the new
+//! leader once it is known (bounded by the same wait), so the worker goes straight there.
 
 use std::pin::Pin;
 use std::time::Duration;
@@ -30,13 +31,15 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::auth::{WorkerAuth, WorkerIdentity};
-use crate::leader::{LeaderHandle, WorkerInfo};
+use crate::leader::{LeaderHandle, TermHandle, WorkerInfo};
 use crate::replica::ReplicaContext;
 
 pub mod limit;
 mod reader;
+mod settle;
 
 use limit::AttachLimiter;
+use settle::Settled;
 
 /// Largest message a worker may send (acknowledgements carry state handles).
 pub const MAX_WORKER_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
@@ -71,6 +74,31 @@ impl GatewayService {
         let leader_addr =
             leader_id.and_then(|l| m.membership_config.membership().get_node(&l).map(|n| n.addr.clone()));
         not_leader_status("Attach", &LeaderHint { leader_id, leader_addr })
+    }
+
+    /// This replica's runtime for the current term; while an election or the runtime's start is
+    /// under way, waits (bounded) for the outcome, so the refusal can name the leader.
+    async fn leading(&self) -> Result<TermHandle, Status> {
+        if let Some(term) = self.leader.current().filter(|t| !t.is_closed()) {
+            return Ok(term);
+        }
+        match settle::settle(&self.ctx, &self.leader, settle::bound(&self.ctx)).await {
+            Settled::Here(term) => Ok(term),
+            Settled::Elsewhere | Settled::Unknown => Err(self.not_leader()),
+        }
+    }
+
+    /// How a stream of `term` ends once its outbox closed: cleanly while this replica still
+    /// leads (the session was superseded or the worker went), otherwise with the not-leader
+    /// status, naming the new leader once one is known.
+    async fn stream_end(&self, term: u64) -> Option<Status> {
+        if self.leader.current().is_some_and(|t| t.term == term && !t.is_closed()) {
+            return None;
+        }
+        match settle::settle(&self.ctx, &self.leader, settle::bound(&self.ctx)).await {
+            Settled::Here(_) => None,
+            Settled::Elsewhere | Settled::Unknown => Some(self.not_leader()),
+        }
     }
 }
 
@@ -119,7 +147,7 @@ impl TaskGateway for GatewayService {
     async fn attach(&self, req: Request<Streaming<WorkerMessage>>) -> Result<Response<LeaderStream>, Status> {
         self.limiter.admit(req.remote_addr().map(|a| a.ip()))?;
         let identity = self.auth.authenticate(&req)?;
-        let Some(term) = self.leader.current() else { return Err(self.not_leader()) };
+        let term = self.leading().await?;
         let mut inbound = req.into_inner();
         let first = match tokio::time::timeout(REGISTER_TIMEOUT, inbound.message()).await {
             Err(_) => {
@@ -153,9 +181,15 @@ impl TaskGateway for GatewayService {
         // The reader keeps only a weak sender, so the stream ends once the runtime lets go.
         let weak = tx.downgrade();
         drop(tx);
+        let (gateway, ended) = (self.clone(), term.term);
         tokio::spawn(reader::read_worker(term, worker_id, session, inbound, weak));
-        // The stream ends at the reader's close marker, even while leases still hold the outbox.
-        let stream = ReceiverStream::new(rx).take_while(|m| m.body.is_some()).map(Ok);
+        // The stream ends at the reader's close marker, even while leases still hold the outbox;
+        // when the term ended, with the status that names the new leader.
+        let end = futures::stream::once(async move { gateway.stream_end(ended).await });
+        let stream = ReceiverStream::new(rx)
+            .take_while(|m| m.body.is_some())
+            .map(Ok)
+            .chain(end.filter_map(|status| status.map(Err)));
         Ok(Response::new(Box::pin(stream)))
     }
 }

@@ -355,6 +355,11 @@ impl TermHandle {
         self.tx.closed().await
     }
 
+    /// Whether the runtime of this term has stopped.
+    pub fn is_closed(&self) -> bool {
+        self.tx.is_closed()
+    }
+
     pub fn leader_message(&self, body: leader_message::Body) -> LeaderMessage {
         LeaderMessage { term: self.term, body: Some(body) }
     }

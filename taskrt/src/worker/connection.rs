@@ -20,6 +20,7 @@ use super::host::HostCommand;
 use super::session::{Session, SessionError};
 use super::{JobsView, WorkerStatus};
 use cairn_client::follow::{Backoff, Endpoints, Next};
+use cairn_proto::leader_hint::LeaderHint;
 use cairn_protocol::messages::TermFence;
 
 pub(crate) struct Connector {
@@ -105,6 +106,13 @@ impl Connector {
         let error = e.to_string();
         self.status.send_modify(|s| s.last_error = Some(format!("{addr}: {error}")));
         let next = match &e {
+            // Not (or no longer) the leader, naming it: go there at once. A leader that steps
+            // down ends its sessions this way once its successor is known (a handover, or the
+            // end of its term).
+            SessionError::NotLeader(LeaderHint { leader_addr: Some(leader), leader_id }) => {
+                tracing::info!(addr, leader = %leader, leader_id = ?leader_id, registered, "not the leader; following the hint");
+                self.endpoints.redirect(leader)
+            }
             // The session was up: try the same replica again first, after the shortest pause (a
             // broken stream is often transient; if the replica no longer leads, it says where the
             // leader is). The pause bounds the rate of reconnects to a replica that accepts and
@@ -113,19 +121,10 @@ impl Connector {
                 tracing::warn!(addr, error = %error, "lost the leader; reconnecting");
                 Next::Pause
             }
-            SessionError::NotLeader(hint) => match &hint.leader_addr {
-                Some(leader) => {
-                    tracing::info!(addr, leader = %leader, leader_id = ?hint.leader_id, "not the leader; following the hint");
-                    self.endpoints.redirect(leader)
-                }
-                None => {
-                    tracing::info!(
-                        addr,
-                        "not the leader, and it knows of no leader; trying the next replica"
-                    );
-                    self.endpoints.failed()
-                }
-            },
+            SessionError::NotLeader(_) => {
+                tracing::info!(addr, "not the leader, and it knows of no leader; trying the next replica");
+                self.endpoints.failed()
+            }
             SessionError::StaleLeader { term, highest } => {
                 tracing::warn!(addr, term, highest, "stale leader; looking for the current one");
                 self.endpoints.failed()
@@ -176,5 +175,72 @@ impl Connector {
                 true
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const A: &str = "127.0.0.1:7001";
+    const B: &str = "127.0.0.1:7002";
+    const C: &str = "127.0.0.1:7003";
+
+    fn connector() -> Connector {
+        let (host, _) = mpsc::channel(1);
+        let (_, jobs) = watch::channel(JobsView::default());
+        let (status, _) = watch::channel(WorkerStatus::default());
+        let (_, shutdown) = watch::channel(false);
+        Connector {
+            worker_id: "w1".to_owned(),
+            slots: 1,
+            data_addr: "127.0.0.1:1".to_owned(),
+            connect_timeout: Duration::from_secs(2),
+            register_timeout: Duration::from_secs(5),
+            endpoints: Endpoints::new(vec![A.to_owned(), B.to_owned(), C.to_owned()]),
+            backoff: Backoff::new(Duration::from_millis(25), Duration::from_secs(2)),
+            channels: HashMap::new(),
+            tls: None,
+            auth: cairn_client::BearerAuth::new(None).expect("no token is valid"),
+            fence: TermFence::default(),
+            host,
+            jobs,
+            status,
+            shutdown,
+        }
+    }
+
+    fn not_leader(addr: Option<&str>) -> SessionError {
+        SessionError::NotLeader(LeaderHint {
+            leader_id: addr.map(|_| 3),
+            leader_addr: addr.map(str::to_owned),
+        })
+    }
+
+    #[test]
+    fn a_leader_that_stepped_down_naming_its_successor_is_followed_at_once() {
+        let mut c = connector();
+        c.endpoints.succeeded();
+        assert_eq!(c.on_failure(A, true, not_leader(Some(C))), Next::Now);
+        assert_eq!(c.endpoints.current(), Some(C));
+        let last = c.status.borrow().last_error.clone().unwrap_or_default();
+        assert!(last.starts_with(A) && last.contains(C), "{last}");
+    }
+
+    #[test]
+    fn a_lost_leader_without_a_successor_is_retried_after_a_pause() {
+        let mut c = connector();
+        c.endpoints.succeeded();
+        assert_eq!(c.on_failure(A, true, not_leader(None)), Next::Pause);
+        assert_eq!(c.endpoints.current(), Some(A));
+        assert_eq!(c.on_failure(A, true, SessionError::StreamEnded), Next::Pause);
+        assert_eq!(c.endpoints.current(), Some(A));
+    }
+
+    #[test]
+    fn a_refused_attach_follows_the_hint() {
+        let mut c = connector();
+        assert_eq!(c.on_failure(A, false, not_leader(Some(B))), Next::Now);
+        assert_eq!(c.endpoints.current(), Some(B));
     }
 }

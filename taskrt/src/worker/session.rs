@@ -253,7 +253,11 @@ impl Session<'_> {
                     match msg {
                         Ok(Some(msg)) => self.on_message(msg).await?,
                         Ok(None) => return Err(SessionError::StreamEnded),
-                        Err(status) => return Err(SessionError::StreamBroken(status)),
+                        // A leader that stepped down ends the stream naming its successor.
+                        Err(status) => return Err(match parse_not_leader(&status) {
+                            Some(hint) => SessionError::NotLeader(hint),
+                            None => SessionError::StreamBroken(status),
+                        }),
                     }
                 }
                 _ = sleep_until(last_heard + liveness.timeout) => {

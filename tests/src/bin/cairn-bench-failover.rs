@@ -10,9 +10,9 @@
 //! job running again under the default restart strategy (exponential delay; the job completes a
 //! checkpoint between expiries, which resets the backoff, so each failover waits about the
 //! initial backoff of 1 s). Over S rolling-restart steps (the leader stopped with SIGTERM, so it
-//! hands leadership over first, then started again), the time the stopping leader took to exit
-//! and the gap between the last checkpoint completed before the SIGTERM and the first after
-//! (the interval is 200 ms). Over W kills of a worker of a second job spread over the workers
+//! hands leadership over first, then started again, right after a checkpoint completed), the
+//! time the stopping leader took to exit and the gap from that completion to the next one, as
+//! the leaders stamp them (the interval is 200 ms). Over W kills of a worker of a second job spread over the workers
 //! (`"placement": "spread"`: 10 tasks in 4 slot-sharing groups, three more 8-slot workers
 //! started for it, data exchanged over the workers' links), the time from the kill to that job
 //! running again on the others. p50, p99, max; figures are printed, never
@@ -49,25 +49,26 @@ struct Args {
     spread_worker_kills: usize,
 }
 
-/// Records when the demo job's completed-checkpoint count changes (polled every 5 ms), until
-/// dropped.
+/// Records the demo job's completed checkpoints (polled every 5 ms), until dropped.
 struct CompletionLog {
-    times: std::sync::Arc<std::sync::Mutex<Vec<Instant>>>,
+    /// Completion time (ms since the Unix epoch, as the leader stamped it) by checkpoint id.
+    times: std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<u64, u64>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl CompletionLog {
+    /// Collects the completion times the leaders report (trigger time plus end-to-end duration),
+    /// so that the gap is the cluster's, not how soon this poller found the new leader.
     fn start(c: &LeaderClient) -> Self {
-        let times = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let times = std::sync::Arc::new(std::sync::Mutex::new(std::collections::BTreeMap::new()));
         let (mut c, log) = (c.clone(), times.clone());
         let task = tokio::spawn(async move {
-            let mut last = None;
             loop {
-                if let Ok(job) = c.get_job("demo").await {
-                    if last.is_some_and(|n| n != job.num_completed) {
-                        log.lock().unwrap_or_else(|e| e.into_inner()).push(Instant::now());
+                if let Ok(overview) = list_checkpoints(&mut c).await {
+                    let mut log = log.lock().unwrap_or_else(|e| e.into_inner());
+                    for cp in overview.history.iter().filter(|cp| cp.status == "completed") {
+                        log.insert(cp.id, cp.trigger_time_ms.saturating_add(cp.duration_ms));
                     }
-                    last = Some(job.num_completed);
                 }
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
@@ -75,17 +76,46 @@ impl CompletionLog {
         Self { times, task }
     }
 
-    /// The last completion seen before `t` and the first after it.
-    fn around(&self, t: Instant) -> (Option<Instant>, Option<Instant>) {
+    /// When the first checkpoint after `id` completed (ms since the epoch).
+    fn first_after(&self, id: u64) -> Option<u64> {
         let times = self.times.lock().unwrap_or_else(|e| e.into_inner());
-        (times.iter().rev().find(|x| **x <= t).copied(), times.iter().find(|x| **x > t).copied())
+        times.range(id.saturating_add(1)..).next().map(|(_, t)| *t)
     }
+}
+
+/// The id of the demo job's latest completed checkpoint and when it completed (ms since the
+/// epoch), as the leader reports it.
+async fn latest_completed(c: &mut LeaderClient) -> Option<(u64, u64)> {
+    let overview = list_checkpoints(c).await.ok()?;
+    overview.latest_completed.map(|cp| (cp.id, cp.trigger_time_ms.saturating_add(cp.duration_ms)))
+}
+
+/// Now, in milliseconds since the Unix epoch (the clock the leader stamps completions with).
+fn epoch_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 impl Drop for CompletionLog {
     fn drop(&mut self) {
         self.task.abort();
     }
+}
+
+/// The demo job's checkpoint overview (recent history included) through the admin API.
+async fn list_checkpoints(c: &mut LeaderClient) -> anyhow::Result<cairn_proto::admin::CheckpointOverview> {
+    use cairn_proto::admin::JobRequest;
+    use cairn_proto::admin::admin_client::AdminClient;
+    let overview = c
+        .call("list checkpoints", |ch| async move {
+            Ok(AdminClient::new(ch)
+                .list_checkpoints(JobRequest { job_id: "demo".into() })
+                .await?
+                .into_inner())
+        })
+        .await?;
+    Ok(overview)
 }
 
 /// Sets the demo job's checkpoint timeout through the admin API.
@@ -271,20 +301,27 @@ async fn main() -> anyhow::Result<()> {
     let completions = CompletionLog::start(&c);
     for i in 0..args.leader_stops {
         let old = c.status().await?.leader_id;
-        let done = c.get_job("demo").await?.num_completed;
-        until("a checkpoint before the stop", async || {
-            (c.clone().get_job("demo").await.ok()?.num_completed > done).then_some(())
+        // The SIGTERM follows a completion at once (within a poll), as the worst case: the gap
+        // then spans the whole handover.
+        let seen = latest_completed(&mut c.clone()).await.map_or(0, |(id, _)| id);
+        let ((before_id, before), _) = until("a checkpoint before the stop", async || {
+            latest_completed(&mut c.clone()).await.filter(|(id, _)| *id > seen)
         })
         .await?;
         let node = cluster.nodes.get_mut(&old).ok_or_else(|| anyhow::anyhow!("no leader process"))?;
-        let t0 = Instant::now();
+        let (t0, t0_ms) = (Instant::now(), epoch_ms());
         let exit = node.terminate(LIMIT)?;
         anyhow::ensure!(exit.success(), "the leader exited with {exit} after SIGTERM");
         handoff.record((Instant::now() - t0).as_millis() as u64)?;
-        let (_, t1) = until("a checkpoint after the stop", async || completions.around(t0).1).await?;
-        if let (Some(before), _) = completions.around(t0) {
-            gaps.record((t1 - before).as_millis() as u64)?;
-        }
+        let (after, _) =
+            until("a checkpoint after the stop", async || completions.first_after(before_id)).await?;
+        let gap = after.saturating_sub(before);
+        gaps.record(gap)?;
+        eprintln!(
+            "leader stop {}: gap {gap} ms (checkpoint {before_id} completed {} ms before the SIGTERM)",
+            i + 1,
+            t0_ms.saturating_sub(before)
+        );
         cluster.launch(old)?;
         caught_up(&c, old).await?;
         eprintln!("leader stop {}/{}: done", i + 1, args.leader_stops);

@@ -23,7 +23,7 @@ use cairn_taskrt::demo::source::SourceConfig;
 use cairn_tests::init_test_logging;
 use cairn_tests::inproc::{InProcCluster, test_timing};
 use cairn_tests::scripted::{
-    FromLeader, ScriptedWorker, attached, attempt_id, bearer, report_all_running, subtasks,
+    FromLeader, ScriptedWorker, attach_raw, attached, attempt_id, bearer, report_all_running, subtasks,
 };
 use cairn_tests::wait;
 use tokio_stream::wrappers::ReceiverStream;
@@ -166,12 +166,7 @@ async fn bad_gateway_input_is_refused_precisely_and_changes_nothing() -> anyhow:
     assert!(st.message().contains("register"), "{}", st.message());
 
     // Garbage bytes where a protobuf message should be: a precise status, nothing registered.
-    let st = cairn_tests::scripted::attach_raw(
-        &addrs[0],
-        token.expose(),
-        vec![vec![0xff, 0xfe, 0x07, 0x00, 0x13]],
-    )
-    .await?;
+    let st = attach_raw(&addrs[0], token.expose(), vec![vec![0xff, 0xfe, 0x07, 0x00, 0x13]]).await?;
     assert_eq!(st.code(), Code::InvalidArgument, "{st}");
     assert!(st.message().contains("decode"), "{}", st.message());
 
@@ -327,6 +322,61 @@ async fn a_handover_ends_worker_streams_naming_the_successor() -> anyhow::Result
         parse_not_leader(status).ok_or_else(|| anyhow::anyhow!("not a not-leader status: {status:?}"))?;
     assert_eq!(hint.leader_id, Some(new), "{status:?}");
     assert_eq!(hint.leader_addr, Some(cluster.addrs[&new].to_string()), "{status:?}");
+    cluster.shutdown().await;
+    Ok(())
+}
+
+/// Only failed attaches count against their source address: more workers than the limiter's
+/// burst attach from one address, one right after the other, each at its first attempt (as a
+/// fleet behind one address re-attaches after a failover); a caller from that address that keeps
+/// failing authentication is refused once its failures used up the burst, and then so is
+/// everything from that address, valid token or not, while the attached workers stay attached.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_failed_attaches_count_against_their_source() -> anyhow::Result<()> {
+    init_test_logging();
+    let cluster = InProcCluster::start(1, test_timing()).await?;
+    let leader = cluster.wait_leader(T).await?;
+    let addr = cluster.addrs[&leader].to_string();
+    let token = cluster.worker_token();
+    let burst = cairn_coordinator::gateway::limit::ATTACH_BURST;
+    let mut workers = Vec::new();
+    for i in 0..burst + 10 {
+        // No time to retry: one attempt each.
+        let w = ScriptedWorker::attach(
+            std::slice::from_ref(&addr),
+            token.expose(),
+            &format!("w{i}"),
+            1,
+            vec![],
+            Duration::ZERO,
+        )
+        .await
+        .with_context(|| format!("worker {i} of {}", burst + 10))?;
+        workers.push(w);
+    }
+    for i in 0..burst {
+        let st = attach_raw(&addr, "not-the-token", vec![]).await?;
+        assert_eq!(st.code(), Code::Unauthenticated, "guess {i}: {st:?}");
+    }
+    let st = attach_raw(&addr, "not-the-token", vec![]).await?;
+    assert_eq!(st.code(), Code::ResourceExhausted, "{st:?}");
+    assert!(st.message().contains("too many failed attach attempts from 127.0.0.1"), "{st:?}");
+    let late = ScriptedWorker::attach(
+        std::slice::from_ref(&addr),
+        token.expose(),
+        "late",
+        1,
+        vec![],
+        Duration::ZERO,
+    )
+    .await;
+    let error = late.err().ok_or_else(|| anyhow::anyhow!("attached from a source that is locked out"))?;
+    assert!(format!("{error:#}").contains("too many failed attach attempts"), "{error:#}");
+    // The workers that attached are still attached: the leader keeps talking to every one.
+    for w in &mut workers {
+        let msg = w.next(T).await.with_context(|| format!("worker {}", w.worker_id))?;
+        assert!(matches!(msg, FromLeader::Heartbeat), "worker {}: {msg:?}", w.worker_id);
+    }
     cluster.shutdown().await;
     Ok(())
 }

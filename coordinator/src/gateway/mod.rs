@@ -1,8 +1,8 @@
 //! The task gateway service: one bidirectional stream per worker, served by the leader.
 //!
-//! Every `Attach` is counted against its source address ([`limit`]) and must authenticate
-//! ([`WorkerAuth`]: a worker token, or a client certificate naming the worker) before anything
-//! else, also on a replica that does not lead; the worker id it registers must be one its
+//! Every `Attach` must authenticate ([`WorkerAuth`]: a worker token, or a client certificate
+//! naming the worker) before anything else, also on a replica that does not lead, and is refused
+//! at once from a source whose attempts failed too often lately ([`limit`]); the worker id it registers must be one its
 //! identity may use, and while a session for that id lives, another session must prove the same
 //! identity. A refused attach changes nothing.
 //!
@@ -145,10 +145,25 @@ impl TaskGateway for GatewayService {
     type AttachStream = LeaderStream;
 
     async fn attach(&self, req: Request<Streaming<WorkerMessage>>) -> Result<Response<LeaderStream>, Status> {
-        self.limiter.admit(req.remote_addr().map(|a| a.ip()))?;
-        let identity = self.auth.authenticate(&req)?;
+        let source = req.remote_addr().map(|a| a.ip());
+        self.limiter.admit(source)?;
+        let identity = self.auth.authenticate(&req).inspect_err(|_| self.limiter.charge(source))?;
+        // Not leading is no failure of the caller's: it goes where the answer says.
         let term = self.leading().await?;
-        let mut inbound = req.into_inner();
+        let stream = self.open(term, identity, req.into_inner()).await;
+        stream.map(Response::new).inspect_err(|_| self.limiter.charge(source))
+    }
+}
+
+impl GatewayService {
+    /// Reads and checks the `register`, attaches the worker to the term's runtime and builds the
+    /// stream of leader messages.
+    async fn open(
+        &self,
+        term: TermHandle,
+        identity: WorkerIdentity,
+        mut inbound: Streaming<WorkerMessage>,
+    ) -> Result<LeaderStream, Status> {
         let first = match tokio::time::timeout(REGISTER_TIMEOUT, inbound.message()).await {
             Err(_) => {
                 return Err(Status::deadline_exceeded(
@@ -190,6 +205,6 @@ impl TaskGateway for GatewayService {
             .take_while(|m| m.body.is_some())
             .map(Ok)
             .chain(end.filter_map(|status| status.map(Err)));
-        Ok(Response::new(Box::pin(stream)))
+        Ok(Box::pin(stream))
     }
 }

@@ -13,7 +13,8 @@
 //! - `truncate` first waits for every earlier append to complete, so that no completion of a
 //!   removed entry arrives after the removal;
 //! - `purge` records the new purge point before deleting the entries behind it, so a crash in
-//!   between leaves extra entries (deleted again at the next open), never a hole.
+//!   between leaves extra entries (deleted again at the next open), never a hole; it does not
+//!   flush (the next append's flush covers it), so openraft's core is never held up by it.
 //!
 //! "Flushed" here always means [`Trees::flush_durably`]: sled's flush followed by the fsyncs
 //! sled leaves out (see [`crate::durable`]).
@@ -65,7 +66,7 @@ impl LogStore {
         store.vote()?;
         store.committed()?;
         if let Some(purged) = store.last_purged()? {
-            let leftover = store.remove_range(..=layout::log_key(purged.index))?;
+            let leftover = store.remove_indexes(0, purged.index)?;
             if leftover > 0 {
                 tracing::info!(upto = %purged, removed = leftover, "completed an interrupted log purge");
             }
@@ -181,16 +182,28 @@ impl LogStore {
         Ok(())
     }
 
-    /// Deletes every entry whose key is in `range`, in one batch; returns how many.
-    fn remove_range(&self, range: impl RangeBounds<[u8; 8]>) -> Result<usize, StorageError> {
+    /// Deletes the entries with an index in `from..=to`, in one batch; returns how many keys it
+    /// named. The keys are computed, not listed: the indexes between the first and the last
+    /// entry are contiguous, and listing them would read every value (large ones from sled's
+    /// blob files), which stalled the Raft core for half a second at each purge under load.
+    fn remove_indexes(&self, from: u64, to: u64) -> Result<u64, StorageError> {
+        let edge =
+            |row: sled::Result<Option<(sled::IVec, sled::IVec)>>| -> Result<Option<u64>, StorageError> {
+                row.map_err(delete_logs)?.map(|(key, _)| key_index(&key)).transpose()
+            };
+        let (Some(first), Some(last)) = (edge(self.log.first())?, edge(self.log.last())?) else {
+            return Ok(0);
+        };
+        let (from, to) = (from.max(first), to.min(last));
+        if from > to {
+            return Ok(0);
+        }
         let mut batch = sled::Batch::default();
-        let mut removed = 0;
-        for key in self.log.range(range).keys() {
-            batch.remove(key.map_err(delete_logs)?);
-            removed += 1;
+        for index in from..=to {
+            batch.remove(&layout::log_key(index));
         }
         self.log.apply_batch(batch).map_err(delete_logs)?;
-        Ok(removed)
+        Ok(to - from + 1)
     }
 
     /// Writes the entries atomically; not yet durable.
@@ -242,16 +255,21 @@ fn delete_logs(e: sled::Error) -> StorageIOError<u64> {
     StorageIOError::new(ErrorSubject::Logs, ErrorVerb::Delete, &e)
 }
 
-/// Decodes a log row, checking that the key is a valid index and matches the entry.
-fn decode_entry(key: &[u8], value: &[u8]) -> Result<Entry, StorageError> {
-    let Some(index) = layout::log_index(key) else {
+/// The index a log key encodes; a key that is not 8 bytes long is corrupt.
+fn key_index(key: &[u8]) -> Result<u64, StorageError> {
+    layout::log_index(key).ok_or_else(|| {
         tracing::error!(key = ?key, "corrupt raft log key");
-        return Err(StorageIOError::read_logs(AnyError::error(format!(
+        StorageIOError::read_logs(AnyError::error(format!(
             "log key {key:?} is {} bytes long, expected 8",
             key.len()
         )))
-        .into());
-    };
+        .into()
+    })
+}
+
+/// Decodes a log row, checking that the key is a valid index and matches the entry.
+fn decode_entry(key: &[u8], value: &[u8]) -> Result<Entry, StorageError> {
+    let index = key_index(key)?;
     let entry: Entry = codec::decode(value).map_err(|e| {
         tracing::error!(index, error = %e, "corrupt raft log entry");
         StorageIOError::read_log_at_index(index, &e)
@@ -335,7 +353,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
         self.commit.barrier().await.map_err(|e| StorageIOError::write_logs(AnyError::new(&e)))?;
-        let removed = self.remove_range(layout::log_key(log_id.index)..)?;
+        let removed = self.remove_indexes(log_id.index, u64::MAX)?;
         self.flush(ErrorSubject::Logs).await?;
         tracing::debug!(since = %log_id, removed, "truncated raft log");
         Ok(())
@@ -350,8 +368,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         // Record the purge point first: a crash before the deletion leaves surplus entries that
         // the next open deletes, never a log whose start is unaccounted for.
         self.write_meta(LAST_PURGED_KEY, &log_id, ErrorSubject::Logs)?;
-        let removed = self.remove_range(..=layout::log_key(log_id.index))?;
-        self.flush(ErrorSubject::Logs).await?;
+        let removed = self.remove_indexes(0, log_id.index)?;
+        // Not flushed here: openraft's core waits for this call, and a flush that frees
+        // thousands of blob files would hold up its heartbeats past an election timeout. The
+        // next append's flush makes the purge durable; until then a crash only keeps entries
+        // behind a durable snapshot, which the next purge deletes.
         tracing::debug!(upto = %log_id, removed, "purged raft log");
         Ok(())
     }
@@ -398,6 +419,41 @@ mod tests {
 
     fn encode_blank(index: u64) -> Vec<u8> {
         codec::encode(&blank(index)).unwrap()
+    }
+
+    /// Purges and truncations remove exactly the entries in their range, also when the log no
+    /// longer starts at 1, when a purge point lies beyond the last entry (after a snapshot was
+    /// installed), and when an entry is too large to be stored inline.
+    #[tokio::test]
+    async fn purge_and_truncate_remove_exactly_their_range() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let (mut log, _sm) = crate::open(dir.path()).unwrap();
+        let big = |index: u64| Entry {
+            log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
+            payload: openraft::EntryPayload::Normal(cairn_raft::model::Command::RegisterJob {
+                job: cairn_raft::model::JobId::new("j").unwrap(),
+                name: "x".repeat(256 * 1024),
+                spec: Default::default(),
+            }),
+        };
+        log.blocking_append((1..=4).map(blank)).await.unwrap();
+        log.blocking_append((5..=6).map(big)).await.unwrap();
+        log.blocking_append((7..=10).map(blank)).await.unwrap();
+        let indexes = |entries: Vec<Entry>| entries.iter().map(|e| e.log_id.index).collect::<Vec<_>>();
+
+        log.purge(LogId::new(CommittedLeaderId::new(1, 1), 5)).await.unwrap();
+        assert_eq!(indexes(log.try_get_log_entries(..).await.unwrap()), (6..=10).collect::<Vec<_>>());
+        log.truncate(LogId::new(CommittedLeaderId::new(1, 1), 9)).await.unwrap();
+        assert_eq!(indexes(log.try_get_log_entries(..).await.unwrap()), (6..=8).collect::<Vec<_>>());
+        // Again up to the same point: nothing more goes.
+        log.purge(LogId::new(CommittedLeaderId::new(1, 1), 5)).await.unwrap();
+        assert_eq!(log.entry_count(), 3);
+
+        let beyond = LogId::new(CommittedLeaderId::new(1, 1), 1_000_000);
+        log.purge(beyond).await.unwrap();
+        assert_eq!(log.entry_count(), 0);
+        let state = log.get_log_state().await.unwrap();
+        assert_eq!((state.last_purged_log_id, state.last_log_id), (Some(beyond), Some(beyond)));
     }
 
     #[tokio::test]

@@ -126,6 +126,38 @@ pub fn open(dir: &Path) -> Result<(LogStore, StateMachineStore), OpenError> {
     open_with(dir, &StorageOptions::default())
 }
 
+/// How long opening waits for the database's lock. Dropping the last handle does not always
+/// release it at once (one of sled's pool threads may still be finishing a write), so a replica
+/// stopped and started again in the same process would otherwise fail now and then; another
+/// process holding the directory still fails after this bound, naming the lock.
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Opens sled, waiting (bounded by [`LOCK_WAIT`]) while another handle still holds its lock.
+fn open_db(dir: &Path, options: &StorageOptions) -> sled::Result<sled::Db> {
+    let mode = if options.low_space { sled::Mode::LowSpace } else { sled::Mode::HighThroughput };
+    let config = sled::Config::new()
+        .path(dir)
+        .cache_capacity(options.cache_capacity)
+        .flush_every_ms(options.flush_every_ms)
+        .mode(mode);
+    let deadline = std::time::Instant::now() + LOCK_WAIT;
+    loop {
+        match config.open() {
+            Err(sled::Error::Io(e)) if is_lock_held(&e) && std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            result => return result,
+        }
+    }
+}
+
+/// Whether sled could not take the database's file lock (sled 0.34 reports it as an `Other`
+/// I/O error wrapping the lock call's `WouldBlock`).
+fn is_lock_held(e: &std::io::Error) -> bool {
+    e.kind() == std::io::ErrorKind::WouldBlock
+        || (e.kind() == std::io::ErrorKind::Other && e.to_string().contains("could not acquire lock"))
+}
+
 /// Opens (creating if needed) the node's storage in `dir`.
 ///
 /// Blocking (it reads the whole state machine): call it before starting the Raft node, or
@@ -137,14 +169,7 @@ pub fn open(dir: &Path) -> Result<(LogStore, StateMachineStore), OpenError> {
 pub fn open_with(dir: &Path, options: &StorageOptions) -> Result<(LogStore, StateMachineStore), OpenError> {
     durable::create_dir_all_durably(dir)
         .map_err(|e| OpenError::CreateDir { path: dir.to_owned(), source: e.source })?;
-    let mode = if options.low_space { sled::Mode::LowSpace } else { sled::Mode::HighThroughput };
-    let db = sled::Config::new()
-        .path(dir)
-        .cache_capacity(options.cache_capacity)
-        .flush_every_ms(options.flush_every_ms)
-        .mode(mode)
-        .open()
-        .map_err(|source| OpenError::Db { path: dir.to_owned(), source })?;
+    let db = open_db(dir, options).map_err(|source| OpenError::Db { path: dir.to_owned(), source })?;
     let durable_files = durable::DurableFiles::open(dir).map_err(|source| OpenError::Sync { source })?;
     let trees = layout::Trees::open(db, durable_files)
         .map_err(|source| OpenError::Db { path: dir.to_owned(), source })?;

@@ -240,3 +240,30 @@ async fn a_format_1_database_opens_and_is_upgraded() {
         assert_eq!(format.as_deref(), Some(&b"2"[..]));
     });
 }
+
+/// Opening waits (bounded) for a handle that is still letting go of the database's lock, as
+/// when a replica is stopped and started again in one process; a handle that keeps it makes
+/// the open fail, naming the lock.
+#[tokio::test]
+async fn opening_waits_for_the_lock_bounded() {
+    let dir = TempDir::new().unwrap();
+    let held = open(dir.path()).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let releaser = std::thread::spawn(move || {
+        let _ = rx.recv();
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        drop(held);
+    });
+    tx.send(()).unwrap();
+    let path = dir.path().to_owned();
+    let reopened = tokio::task::spawn_blocking(move || open(&path)).await.unwrap();
+    assert!(reopened.is_ok(), "{:?}", reopened.err());
+    releaser.join().unwrap();
+    let kept = reopened.unwrap();
+
+    let path = dir.path().to_owned();
+    let refused = tokio::task::spawn_blocking(move || open(&path)).await.unwrap();
+    let Err(error) = refused else { panic!("opened a database that is still open") };
+    assert!(error.to_string().contains("could not acquire lock"), "{error}");
+    drop(kept);
+}

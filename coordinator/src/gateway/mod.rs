@@ -2,9 +2,9 @@
 //!
 //! Every `Attach` must authenticate ([`WorkerAuth`]: a worker token, or a client certificate
 //! naming the worker) before anything else, also on a replica that does not lead, and is refused
-//! at once from a source whose attempts failed too often lately ([`limit`]); the worker id it registers must be one its
-//! identity may use, and while a session for that id lives, another session must prove the same
-//! identity. A refused attach changes nothing.
+//! at once from a source whose attempts failed too often lately ([`limit`]); the worker id it
+//! registers must be one its identity may use, and while a session for that id lives, another
+//! session must prove the same identity. A refused attach changes nothing.
 //!
 //! A replica that does not lead refuses `Attach` with the not-leader status and the leader hint;
 //! one that knows of no leader yet (an election, or its own runtime starting) first waits,
@@ -79,23 +79,17 @@ impl GatewayService {
     /// This replica's runtime for the current term; while an election or the runtime's start is
     /// under way, waits (bounded) for the outcome, so the refusal can name the leader.
     async fn leading(&self) -> Result<TermHandle, Status> {
-        if let Some(term) = self.leader.current().filter(|t| !t.is_closed()) {
-            return Ok(term);
-        }
-        match settle::settle(&self.ctx, &self.leader, settle::bound(&self.ctx)).await {
+        match settle::settle(&self.ctx, &self.leader).await {
             Settled::Here(term) => Ok(term),
             Settled::Elsewhere | Settled::Unknown => Err(self.not_leader()),
         }
     }
 
-    /// How a stream of `term` ends once its outbox closed: cleanly while this replica still
-    /// leads (the session was superseded or the worker went), otherwise with the not-leader
-    /// status, naming the new leader once one is known.
-    async fn stream_end(&self, term: u64) -> Option<Status> {
-        if self.leader.current().is_some_and(|t| t.term == term && !t.is_closed()) {
-            return None;
-        }
-        match settle::settle(&self.ctx, &self.leader, settle::bound(&self.ctx)).await {
+    /// How a stream ends once its outbox closed: cleanly while this replica leads (the session
+    /// was superseded or the worker went), otherwise with the not-leader status, naming the new
+    /// leader once one is known.
+    async fn stream_end(&self) -> Option<Status> {
+        match settle::settle(&self.ctx, &self.leader).await {
             Settled::Here(_) => None,
             Settled::Elsewhere | Settled::Unknown => Some(self.not_leader()),
         }
@@ -196,11 +190,11 @@ impl GatewayService {
         // The reader keeps only a weak sender, so the stream ends once the runtime lets go.
         let weak = tx.downgrade();
         drop(tx);
-        let (gateway, ended) = (self.clone(), term.term);
+        let gateway = self.clone();
         tokio::spawn(reader::read_worker(term, worker_id, session, inbound, weak));
         // The stream ends at the reader's close marker, even while leases still hold the outbox;
         // when the term ended, with the status that names the new leader.
-        let end = futures::stream::once(async move { gateway.stream_end(ended).await });
+        let end = futures::stream::once(async move { gateway.stream_end().await });
         let stream = ReceiverStream::new(rx)
             .take_while(|m| m.body.is_some())
             .map(Ok)

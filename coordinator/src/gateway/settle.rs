@@ -31,14 +31,14 @@ pub(crate) enum Settled {
 
 /// How long to wait for an election's outcome: two maximal election timeouts (one to notice a
 /// lost leader, one for a split vote's second round), at most [`MAX_WAIT`].
-pub(crate) fn bound(ctx: &ReplicaContext) -> Duration {
+fn bound(ctx: &ReplicaContext) -> Duration {
     Duration::from_millis(ctx.raft.config().election_timeout_max.saturating_mul(2)).min(MAX_WAIT)
 }
 
 /// Waits until this replica's runtime is up, or the metrics name another leader, for at most
-/// `bound`.
-pub(crate) async fn settle(ctx: &ReplicaContext, leader: &LeaderHandle, bound: Duration) -> Settled {
-    let deadline = Instant::now() + bound;
+/// [`bound`]. Answers at once when either already holds.
+pub(crate) async fn settle(ctx: &ReplicaContext, leader: &LeaderHandle) -> Settled {
+    let deadline = Instant::now() + bound(ctx);
     let mut metrics = ctx.raft.metrics();
     let mut current = leader.subscribe();
     loop {

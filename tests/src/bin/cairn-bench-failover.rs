@@ -12,10 +12,10 @@
 //! initial backoff of 1 s). Over S rolling-restart steps (the leader stopped with SIGTERM, so it
 //! hands leadership over first, then started again, right after a checkpoint completed), the
 //! time the stopping leader took to exit and the gap from that completion to the next one, as
-//! the leaders stamp them (the interval is 200 ms). Over W kills of a worker of a second job spread over the workers
-//! (`"placement": "spread"`: 10 tasks in 4 slot-sharing groups, three more 8-slot workers
-//! started for it, data exchanged over the workers' links), the time from the kill to that job
-//! running again on the others. p50, p99, max; figures are printed, never
+//! the leaders stamp them (the interval is 200 ms). Over W kills of a worker of a second job
+//! spread over the workers (`"placement": "spread"`: 10 tasks in 4 slot-sharing groups, three
+//! more 8-slot workers started for it, data exchanged over the workers' links), the time from
+//! the kill to that job running again on the others. p50, p99, max; figures are printed, never
 //! asserted.
 //!
 //! ```text
@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 use cairn_client::LeaderClient;
 use cairn_taskrt::demo::DemoJob;
 use cairn_taskrt::demo::source::SourceConfig;
+use cairn_tests::chaos::history::now_ms;
 use cairn_tests::procs::ProcCluster;
 use clap::Parser;
 use hdrhistogram::Histogram;
@@ -67,7 +68,7 @@ impl CompletionLog {
                 if let Ok(overview) = list_checkpoints(&mut c).await {
                     let mut log = log.lock().unwrap_or_else(|e| e.into_inner());
                     for cp in overview.history.iter().filter(|cp| cp.status == "completed") {
-                        log.insert(cp.id, cp.trigger_time_ms.saturating_add(cp.duration_ms));
+                        log.insert(cp.id, completed_at(cp));
                     }
                 }
                 tokio::time::sleep(Duration::from_millis(5)).await;
@@ -87,14 +88,13 @@ impl CompletionLog {
 /// epoch), as the leader reports it.
 async fn latest_completed(c: &mut LeaderClient) -> Option<(u64, u64)> {
     let overview = list_checkpoints(c).await.ok()?;
-    overview.latest_completed.map(|cp| (cp.id, cp.trigger_time_ms.saturating_add(cp.duration_ms)))
+    overview.latest_completed.map(|cp| (cp.id, completed_at(&cp)))
 }
 
-/// Now, in milliseconds since the Unix epoch (the clock the leader stamps completions with).
-fn epoch_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+/// When a completed checkpoint completed (ms since the epoch, the leader's clock): its trigger
+/// time plus its end-to-end duration.
+fn completed_at(cp: &cairn_proto::admin::CheckpointSummary) -> u64 {
+    cp.trigger_time_ms.saturating_add(cp.duration_ms)
 }
 
 impl Drop for CompletionLog {
@@ -309,7 +309,7 @@ async fn main() -> anyhow::Result<()> {
         })
         .await?;
         let node = cluster.nodes.get_mut(&old).ok_or_else(|| anyhow::anyhow!("no leader process"))?;
-        let (t0, t0_ms) = (Instant::now(), epoch_ms());
+        let (t0, t0_ms) = (Instant::now(), now_ms());
         let exit = node.terminate(LIMIT)?;
         anyhow::ensure!(exit.success(), "the leader exited with {exit} after SIGTERM");
         handoff.record((Instant::now() - t0).as_millis() as u64)?;

@@ -25,7 +25,7 @@
 //! ```
 
 use std::collections::BTreeMap;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use tokio::time::Instant;
 
@@ -34,6 +34,7 @@ use cairn_proto::admin::JobRequest;
 use cairn_proto::admin::admin_client::AdminClient;
 use cairn_taskrt::demo::DemoJob;
 use cairn_taskrt::demo::source::SourceConfig;
+use cairn_tests::chaos::history::now_ms;
 use cairn_tests::procs::ProcCluster;
 use cairn_tests::simfleet::{Fleet, FleetConfig, Observed};
 use clap::Parser;
@@ -275,10 +276,6 @@ struct Window {
     aborted: u64,
 }
 
-fn epoch_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
-}
-
 async fn measure_window(
     cluster: &ProcCluster,
     client: &mut LeaderClient,
@@ -288,14 +285,14 @@ async fn measure_window(
     let status = client.status().await?;
     let leader = status.leader_id;
     let before = sample(cluster, leader, status.last_log_index);
-    let wall_start = epoch_ms();
+    let wall_start = now_ms();
     let aborted_before: u64 = observed.lock().values().map(|o| o.aborted).sum();
     tokio::time::sleep(args.window).await;
     let term_before = status.term;
     let status = client.status().await?;
     let elections = status.term.saturating_sub(term_before);
     let after = sample(cluster, leader, status.last_log_index);
-    let wall_end = epoch_ms();
+    let wall_end = now_ms();
     let seconds = (after.at - before.at).as_secs_f64();
     let cpu = after
         .ticks

@@ -30,6 +30,7 @@ mod group_commit;
 pub mod layout;
 mod leaders;
 mod log_store;
+mod purger;
 mod state_machine;
 
 use std::path::{Path, PathBuf};

@@ -13,8 +13,9 @@
 //! - `truncate` first waits for every earlier append to complete, so that no completion of a
 //!   removed entry arrives after the removal;
 //! - `purge` records the new purge point before deleting the entries behind it, so a crash in
-//!   between leaves extra entries (deleted again at the next open), never a hole; it does not
-//!   flush (the next append's flush covers it), so openraft's core is never held up by it.
+//!   between leaves extra entries (deleted again at the next open), never a hole; it neither
+//!   deletes them itself (the [purger](crate::purger) does, on a blocking thread) nor flushes
+//!   (the next append's flush covers it), so openraft's core is never held up by it.
 //!
 //! "Flushed" here always means [`Trees::flush_durably`]: sled's flush followed by the fsyncs
 //! sled leaves out (see [`crate::durable`]).
@@ -36,6 +37,7 @@ use serde::de::DeserializeOwned;
 use crate::codec;
 use crate::group_commit::GroupCommit;
 use crate::layout::{self, COMMITTED_KEY, LAST_PURGED_KEY, Trees, VOTE_KEY};
+use crate::purger::Purger;
 
 /// The sled-backed Raft log store. Cheap to clone: clones share the same trees, and a clone is
 /// also the log reader handed to openraft's replication tasks.
@@ -45,6 +47,7 @@ pub struct LogStore {
     log: sled::Tree,
     meta: sled::Tree,
     commit: GroupCommit,
+    purger: Purger,
 }
 
 impl std::fmt::Debug for LogStore {
@@ -62,11 +65,12 @@ impl LogStore {
             log: trees.log.clone(),
             meta: trees.raft_meta.clone(),
             commit: GroupCommit::default(),
+            purger: Purger::default(),
         };
         store.vote()?;
         store.committed()?;
         if let Some(purged) = store.last_purged()? {
-            let leftover = store.remove_indexes(0, purged.index)?;
+            let leftover = remove_indexes(&store.log, 0, purged.index)?;
             if leftover > 0 {
                 tracing::info!(upto = %purged, removed = leftover, "completed an interrupted log purge");
             }
@@ -81,9 +85,15 @@ impl LogStore {
         Ok(store)
     }
 
-    /// Number of entries physically present in the log tree.
+    /// Number of entries physically present in the log tree (a purge deletes its entries in
+    /// the background: see [`LogStore::purged_entries_deleted`]).
     pub fn entry_count(&self) -> usize {
         self.log.len()
+    }
+
+    /// Waits until the entries at or below `upto`, purged by this store, have been deleted.
+    pub async fn purged_entries_deleted(&self, upto: u64) {
+        self.purger.deleted(upto).await
     }
 
     /// The vote saved by `save_vote`.
@@ -182,30 +192,6 @@ impl LogStore {
         Ok(())
     }
 
-    /// Deletes the entries with an index in `from..=to`, in one batch; returns how many keys it
-    /// named. The keys are computed, not listed: the indexes between the first and the last
-    /// entry are contiguous, and listing them would read every value (large ones from sled's
-    /// blob files), which stalled the Raft core for half a second at each purge under load.
-    fn remove_indexes(&self, from: u64, to: u64) -> Result<u64, StorageError> {
-        let edge =
-            |row: sled::Result<Option<(sled::IVec, sled::IVec)>>| -> Result<Option<u64>, StorageError> {
-                row.map_err(delete_logs)?.map(|(key, _)| key_index(&key)).transpose()
-            };
-        let (Some(first), Some(last)) = (edge(self.log.first())?, edge(self.log.last())?) else {
-            return Ok(0);
-        };
-        let (from, to) = (from.max(first), to.min(last));
-        if from > to {
-            return Ok(0);
-        }
-        let mut batch = sled::Batch::default();
-        for index in from..=to {
-            batch.remove(&layout::log_key(index));
-        }
-        self.log.apply_batch(batch).map_err(delete_logs)?;
-        Ok(to - from + 1)
-    }
-
     /// Writes the entries atomically; not yet durable.
     ///
     /// A lone entry (the usual append under group commit) is one insert: a sled batch seals
@@ -244,6 +230,40 @@ fn map_bound(bound: Bound<&u64>) -> Bound<[u8; 8]> {
         Bound::Included(i) => Bound::Included(layout::log_key(*i)),
         Bound::Excluded(i) => Bound::Excluded(layout::log_key(*i)),
         Bound::Unbounded => Bound::Unbounded,
+    }
+}
+
+/// Entries removed per sled batch: a smaller batch lets appends interleave with a long
+/// deletion.
+const REMOVE_BATCH: u64 = 1024;
+
+/// Deletes the entries of `log` with an index in `from..=to`, in batches; returns how many keys
+/// it named. The keys are computed, not listed: the indexes between the first and the last
+/// entry are contiguous, and listing them would read every value (large ones from sled's blob
+/// files).
+pub(crate) fn remove_indexes(log: &sled::Tree, from: u64, to: u64) -> Result<u64, StorageError> {
+    let edge = |row: sled::Result<Option<(sled::IVec, sled::IVec)>>| -> Result<Option<u64>, StorageError> {
+        row.map_err(delete_logs)?.map(|(key, _)| key_index(&key)).transpose()
+    };
+    let (Some(first), Some(last)) = (edge(log.first())?, edge(log.last())?) else {
+        return Ok(0);
+    };
+    let (from, to) = (from.max(first), to.min(last));
+    if from > to {
+        return Ok(0);
+    }
+    let mut start = from;
+    loop {
+        let end = start.saturating_add(REMOVE_BATCH - 1).min(to);
+        let mut batch = sled::Batch::default();
+        for index in start..=end {
+            batch.remove(&layout::log_key(index));
+        }
+        log.apply_batch(batch).map_err(delete_logs)?;
+        if end == to {
+            return Ok(to - from + 1);
+        }
+        start = end + 1;
     }
 }
 
@@ -353,7 +373,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
         self.commit.barrier().await.map_err(|e| StorageIOError::write_logs(AnyError::new(&e)))?;
-        let removed = self.remove_indexes(log_id.index, u64::MAX)?;
+        let removed = remove_indexes(&self.log, log_id.index, u64::MAX)?;
         self.flush(ErrorSubject::Logs).await?;
         tracing::debug!(since = %log_id, removed, "truncated raft log");
         Ok(())
@@ -368,12 +388,13 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         // Record the purge point first: a crash before the deletion leaves surplus entries that
         // the next open deletes, never a log whose start is unaccounted for.
         self.write_meta(LAST_PURGED_KEY, &log_id, ErrorSubject::Logs)?;
-        let removed = self.remove_indexes(0, log_id.index)?;
-        // Not flushed here: openraft's core waits for this call, and a flush that frees
-        // thousands of blob files would hold up its heartbeats past an election timeout. The
-        // next append's flush makes the purge durable; until then a crash only keeps entries
-        // behind a durable snapshot, which the next purge deletes.
-        tracing::debug!(upto = %log_id, removed, "purged raft log");
+        // Neither deleted nor flushed here: openraft's core waits for this call, and deleting
+        // thousands of entries (or a flush freeing their blob files) would hold up its
+        // heartbeats past an election timeout. The purger deletes them on a blocking thread;
+        // the next append's flush makes the purge durable. Until then a crash only keeps
+        // entries behind a durable snapshot, which the next purge or open deletes.
+        self.purger.delete_through(self.log.clone(), log_id.index);
+        tracing::debug!(upto = %log_id, "purged raft log");
         Ok(())
     }
 }
@@ -442,18 +463,49 @@ mod tests {
         let indexes = |entries: Vec<Entry>| entries.iter().map(|e| e.log_id.index).collect::<Vec<_>>();
 
         log.purge(LogId::new(CommittedLeaderId::new(1, 1), 5)).await.unwrap();
+        log.purged_entries_deleted(5).await;
         assert_eq!(indexes(log.try_get_log_entries(..).await.unwrap()), (6..=10).collect::<Vec<_>>());
         log.truncate(LogId::new(CommittedLeaderId::new(1, 1), 9)).await.unwrap();
         assert_eq!(indexes(log.try_get_log_entries(..).await.unwrap()), (6..=8).collect::<Vec<_>>());
         // Again up to the same point: nothing more goes.
         log.purge(LogId::new(CommittedLeaderId::new(1, 1), 5)).await.unwrap();
+        log.purged_entries_deleted(5).await;
         assert_eq!(log.entry_count(), 3);
 
         let beyond = LogId::new(CommittedLeaderId::new(1, 1), 1_000_000);
         log.purge(beyond).await.unwrap();
+        log.purged_entries_deleted(beyond.index).await;
         assert_eq!(log.entry_count(), 0);
         let state = log.get_log_state().await.unwrap();
         assert_eq!((state.last_purged_log_id, state.last_log_id), (Some(beyond), Some(beyond)));
+    }
+
+    /// openraft's core awaits `purge` before its next heartbeat: the call records the purge
+    /// point and returns without waiting for the entries' deletion, which follows on its own.
+    #[tokio::test]
+    #[allow(clippy::await_holding_lock)] // on purpose: the deletion must wait while purge runs
+    async fn purge_returns_before_its_entries_are_deleted() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let (mut log, _sm) = crate::open(dir.path()).unwrap();
+        log.blocking_append((1..=3000).map(blank)).await.unwrap();
+        let upto = LogId::new(CommittedLeaderId::new(1, 1), 2000);
+        {
+            let purger = log.purger.clone();
+            let _deletions_held = purger.hold();
+            tokio::time::timeout(std::time::Duration::from_secs(10), log.purge(upto))
+                .await
+                .expect("purge returned while the deletion could not run")
+                .unwrap();
+            let state = log.get_log_state().await.unwrap();
+            assert_eq!(state.last_purged_log_id, Some(upto));
+            assert_eq!(log.entry_count(), 3000, "nothing deleted yet");
+            // Entries past the purge point are untouched and readable meanwhile.
+            assert_eq!(log.try_get_log_entries(2001..=2003).await.unwrap().len(), 3);
+        }
+        log.purged_entries_deleted(2000).await;
+        assert_eq!(log.entry_count(), 1000);
+        let first = log.try_get_log_entries(..).await.unwrap().first().map(|e| e.log_id.index);
+        assert_eq!(first, Some(2001));
     }
 
     #[tokio::test]

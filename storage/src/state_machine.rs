@@ -481,6 +481,7 @@ impl std::fmt::Debug for SnapshotBuilder {
 
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     async fn build_snapshot(&mut self) -> Result<Snapshot, StorageError> {
+        let started = std::time::Instant::now();
         let (bytes, applied) = {
             let state = read(&self.state);
             let bytes = codec::encode(&SnapshotPayloadRef {
@@ -493,6 +494,7 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             .map_err(|e| StorageIOError::write_snapshot(None, &e))?;
             (bytes, state.applied.clone())
         };
+        let encoded = started.elapsed();
         let data = IVec::from(bytes.as_slice());
 
         let (meta, stored) = self
@@ -536,10 +538,18 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
                 TransactionError::Abort(e) => StorageIOError::read_snapshot(None, e),
                 TransactionError::Storage(e) => StorageIOError::write_snapshot(None, &e),
             })?;
+        let written = started.elapsed();
         let sig = Some(meta.signature());
         self.trees.flush_durably().await.map_err(|e| StorageIOError::write_snapshot(sig, &e))?;
         if stored {
-            tracing::info!(snapshot_id = %meta.snapshot_id, bytes = bytes.len(), "built snapshot");
+            tracing::info!(
+                snapshot_id = %meta.snapshot_id,
+                bytes = bytes.len(),
+                encode_ms = encoded.as_millis() as u64,
+                write_ms = written.saturating_sub(encoded).as_millis() as u64,
+                total_ms = started.elapsed().as_millis() as u64,
+                "built snapshot"
+            );
         } else {
             tracing::info!(
                 snapshot_id = %meta.snapshot_id,

@@ -64,6 +64,7 @@ async fn log_and_directory_stay_bounded() {
             let snapshot = sm.get_snapshot_builder().await.build_snapshot().await.unwrap();
             let upto = snapshot.meta.last_log_id.unwrap().index - KEEP;
             log.purge(log_id(1, upto)).await.unwrap();
+            log.purged_entries_deleted(upto).await;
             assert_eq!(log.entry_count() as u64, KEEP);
             sizes.push((applied, dir_size(dir.path())));
         }

@@ -159,10 +159,8 @@ impl JobDriver {
                     self.max_allocated = self.max_allocated.max(*checkpoint_id);
                 }
                 match &event {
-                    Event::CompletionCommitted { checkpoint_id, .. } => {
-                        tracing::info!(job = %self.job, checkpoint = checkpoint_id, term = self.term.term, "checkpoint completed");
-                        claimed = true;
-                    }
+                    // The core logs the completion itself (with its kind and size).
+                    Event::CompletionCommitted { .. } => claimed = true,
                     Event::MetadataWriteFailed { checkpoint_id, error } => {
                         tracing::warn!(job = %self.job, checkpoint = checkpoint_id, error = %error, "cannot write _metadata")
                     }

@@ -26,6 +26,7 @@
 use std::fmt::Debug;
 use std::io;
 use std::ops::{Bound, RangeBounds};
+use std::time::Duration;
 
 use cairn_raft::TypeConfig;
 use cairn_raft::types::{Entry, LogId, StorageError, Vote};
@@ -37,7 +38,7 @@ use serde::de::DeserializeOwned;
 use crate::codec;
 use crate::group_commit::GroupCommit;
 use crate::layout::{self, COMMITTED_KEY, LAST_PURGED_KEY, Trees, VOTE_KEY};
-use crate::purger::Purger;
+use crate::purger::{self, Purger};
 
 /// The sled-backed Raft log store. Cheap to clone: clones share the same trees, and a clone is
 /// also the log reader handed to openraft's replication tasks.
@@ -233,15 +234,19 @@ fn map_bound(bound: Bound<&u64>) -> Bound<[u8; 8]> {
     }
 }
 
-/// Entries removed per sled batch: a smaller batch lets appends interleave with a long
-/// deletion.
-const REMOVE_BATCH: u64 = 1024;
+/// Entries removed per sled batch.
+const REMOVE_BATCH: u64 = 256;
 
 /// Deletes the entries of `log` with an index in `from..=to`, in batches; returns how many keys
 /// it named. The keys are computed, not listed: the indexes between the first and the last
 /// entry are contiguous, and listing them would read every value (large ones from sled's blob
 /// files).
-pub(crate) fn remove_indexes(log: &sled::Tree, from: u64, to: u64) -> Result<u64, StorageError> {
+fn remove_indexes(log: &sled::Tree, from: u64, to: u64) -> Result<u64, StorageError> {
+    remove_indexes_paced(log, from, to, Duration::ZERO)
+}
+
+/// [`remove_indexes`], sleeping `pause` between two batches (on a blocking thread only).
+fn remove_indexes_paced(log: &sled::Tree, from: u64, to: u64, pause: Duration) -> Result<u64, StorageError> {
     let edge = |row: sled::Result<Option<(sled::IVec, sled::IVec)>>| -> Result<Option<u64>, StorageError> {
         row.map_err(delete_logs)?.map(|(key, _)| key_index(&key)).transpose()
     };
@@ -264,6 +269,9 @@ pub(crate) fn remove_indexes(log: &sled::Tree, from: u64, to: u64) -> Result<u64
             return Ok(to - from + 1);
         }
         start = end + 1;
+        if !pause.is_zero() {
+            std::thread::sleep(pause);
+        }
     }
 }
 
@@ -393,7 +401,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         // heartbeats past an election timeout. The purger deletes them on a blocking thread;
         // the next append's flush makes the purge durable. Until then a crash only keeps
         // entries behind a durable snapshot, which the next purge or open deletes.
-        self.purger.delete_through(self.log.clone(), log_id.index);
+        let (log, upto) = (self.log.clone(), log_id.index);
+        self.purger.delete_through(upto, move || remove_indexes_paced(&log, 0, upto, purger::PACE));
         tracing::debug!(upto = %log_id, "purged raft log");
         Ok(())
     }

@@ -6,17 +6,23 @@
 //! election. openraft does not need the entries gone when `purge` returns, only the purge point
 //! recorded (its storage contract says so), so [`LogStore::purge`](crate::log_store::LogStore)
 //! records the purge point and hands the deletion to the [`Purger`], which runs it on a
-//! blocking thread, one deletion at a time, in batches.
+//! blocking thread, one deletion at a time, in batches with a pause between them ([`PACE`]).
 //!
 //! Nothing depends on the deletion having happened: openraft never reads at or below the purge
 //! point, a truncation only removes entries above it, and a store opened after a crash deletes
 //! whatever a deletion left behind (the purge point is on disk before the deletion starts).
 
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
-use crate::log_store::remove_indexes;
+use cairn_raft::types::StorageError;
+
+/// Pause between two batches of a deletion. Nothing waits for the deletion, so it is spread
+/// out: a replica deleting thousands of entries in one burst took a core for up to 430 ms, and
+/// the three replicas of a group purge at the same index, so at the same moment.
+pub(crate) const PACE: Duration = Duration::from_millis(5);
 
 /// Runs the deletions of one log tree; cheap to clone.
 #[derive(Clone)]
@@ -38,19 +44,25 @@ impl Default for Purger {
 }
 
 impl Purger {
-    /// Deletes every entry of `log` with an index at or below `upto`, on a blocking thread.
-    /// Must be called within a tokio runtime. A failure is logged; the entries then stay until
-    /// the next purge or the next open deletes them.
-    pub(crate) fn delete_through(&self, log: sled::Tree, upto: u64) {
+    /// Runs `delete` (which deletes every entry at or below `upto` and returns how many it
+    /// named) on a blocking thread, unless a deletion already went that far. Must be called
+    /// within a tokio runtime. A failure is logged; the entries then stay until the next purge
+    /// or the next open deletes them.
+    pub(crate) fn delete_through<F>(&self, upto: u64, delete: F)
+    where
+        F: FnOnce() -> Result<u64, StorageError> + Send + 'static,
+    {
         let inner = Arc::clone(&self.inner);
         tokio::task::spawn_blocking(move || {
             let _running = inner.running.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
             if inner.deleted_through.borrow().is_some_and(|through| through >= upto) {
                 return;
             }
-            match remove_indexes(&log, 0, upto) {
+            let started = Instant::now();
+            match delete() {
                 Ok(removed) => {
-                    tracing::debug!(upto, removed, "deleted purged raft log entries");
+                    let ms = started.elapsed().as_millis() as u64;
+                    tracing::info!(upto, removed, ms, "deleted purged raft log entries");
                     inner
                         .deleted_through
                         .send_modify(|through| *through = Some(through.map_or(upto, |t| t.max(upto))));

@@ -128,8 +128,8 @@ pub enum MetadataError {
 
 /// Encodes and durably writes `meta` to `path` (creating parent directories).
 ///
-/// Durable means across a power loss: the file is fsynced, renamed into place and its
-/// directory fsynced; every directory created on the way is fsynced into its parent, and the
+/// Durable means across a power loss: the file's data and size are synced (fdatasync),
+/// it is renamed into place and its directory fsynced; every directory created on the way is fsynced into its parent, and the
 /// checkpoint directory's own entry is synced once more in its parent (tasks create it when
 /// they write state, and a `_metadata` whose directory entry is lost is lost with it).
 pub fn write_metadata(path: &Path, meta: &CheckpointMetadata) -> Result<MetadataPointer, MetadataError> {
@@ -141,7 +141,7 @@ pub fn write_metadata(path: &Path, meta: &CheckpointMetadata) -> Result<Metadata
     {
         let mut f = std::fs::File::create(&tmp).map_err(err)?;
         f.write_all(&bytes).map_err(err)?;
-        f.sync_all().map_err(err)?;
+        f.sync_data().map_err(err)?;
     }
     std::fs::rename(&tmp, path).map_err(err)?;
     sync_dir(dir).map_err(err)?;
@@ -157,7 +157,7 @@ pub fn write_metadata(path: &Path, meta: &CheckpointMetadata) -> Result<Metadata
 /// that no other writer has it open). Allocates and frees no inode, where [`write_metadata`]
 /// creates a directory and a file (and retention later deletes both).
 ///
-/// The old file is overwritten in place and fsynced, then `spare` is renamed to `path`'s
+/// The old file is overwritten in place and synced (fdatasync), then `spare` is renamed to `path`'s
 /// directory and the parent fsynced, so the new `_metadata` is durable under its final name
 /// when this returns, as with [`write_metadata`]. Until the rename, `path` does not exist; a
 /// crash in between leaves `spare` holding the new content. `path`'s directory must not exist,
@@ -180,7 +180,7 @@ pub fn write_metadata_reusing(
         let mut f = std::fs::OpenOptions::new().write(true).open(spare.join(name)).map_err(err)?;
         f.write_all(&bytes).map_err(err)?;
         f.set_len(bytes.len() as u64).map_err(err)?;
-        f.sync_all().map_err(err)?;
+        f.sync_data().map_err(err)?;
     }
     std::fs::rename(spare, dir).map_err(err)?;
     sync_dir(parent).map_err(err)?;

@@ -32,6 +32,7 @@ mod leaders;
 mod log_store;
 mod purger;
 mod state_machine;
+mod tail;
 
 use std::path::{Path, PathBuf};
 

@@ -21,7 +21,9 @@
 //! sled leaves out (see [`crate::durable`]).
 //!
 //! Reads decode every record they return; a record that does not decode, or a log key that is
-//! not 8 bytes, is a [`StorageError`], never "no entry".
+//! not 8 bytes, is a [`StorageError`], never "no entry". The exception is the log's
+//! [tail](crate::tail): the last entries appended are kept decoded in memory and reads within
+//! them are answered from there, as written.
 
 use std::fmt::Debug;
 use std::io;
@@ -39,6 +41,7 @@ use crate::codec;
 use crate::group_commit::GroupCommit;
 use crate::layout::{self, COMMITTED_KEY, LAST_PURGED_KEY, Trees, VOTE_KEY};
 use crate::purger::{self, Purger};
+use crate::tail::Tail;
 
 /// The sled-backed Raft log store. Cheap to clone: clones share the same trees, and a clone is
 /// also the log reader handed to openraft's replication tasks.
@@ -49,6 +52,8 @@ pub struct LogStore {
     meta: sled::Tree,
     commit: GroupCommit,
     purger: Purger,
+    /// The last entries appended, decoded, for the reads that follow an append.
+    tail: Tail,
 }
 
 impl std::fmt::Debug for LogStore {
@@ -67,6 +72,7 @@ impl LogStore {
             meta: trees.raft_meta.clone(),
             commit: GroupCommit::default(),
             purger: Purger::default(),
+            tail: Tail::default(),
         };
         store.vote()?;
         store.committed()?;
@@ -124,8 +130,17 @@ impl LogStore {
         Ok(LogState { last_purged_log_id, last_log_id })
     }
 
-    /// Entries with index in `range`, in index order. Missing entries are skipped.
+    /// Entries with index in `range`, in index order. Missing entries are skipped. Answered
+    /// from the [tail](crate::tail) of recent entries when it covers the range.
     pub fn entries(&self, range: impl RangeBounds<u64>) -> Result<Vec<Entry>, StorageError> {
+        if let Some(entries) = self.tail.read(&range) {
+            return Ok(entries);
+        }
+        self.entries_on_disk(range)
+    }
+
+    /// [`LogStore::entries`], always read from sled.
+    fn entries_on_disk(&self, range: impl RangeBounds<u64>) -> Result<Vec<Entry>, StorageError> {
         let start = map_bound(range.start_bound());
         let end = map_bound(range.end_bound());
         if let (Bound::Included(s) | Bound::Excluded(s), Bound::Included(e) | Bound::Excluded(e)) =
@@ -203,14 +218,17 @@ impl LogStore {
         entries: impl Iterator<Item = Entry>,
     ) -> Result<(u64, Option<LogId>), StorageError> {
         let mut rows = Vec::new();
+        let mut written = Vec::new();
         let mut last = None;
         for entry in entries {
             let bytes =
                 codec::encode(&entry).map_err(|e| StorageIOError::write_log_entry(entry.log_id, &e))?;
             rows.push((layout::log_key(entry.log_id.index), bytes));
             last = Some(entry.log_id);
+            written.push(entry);
         }
         let count = rows.len() as u64;
+        let sizes: Vec<usize> = rows.iter().map(|(_, bytes)| bytes.len()).collect();
         if rows.len() == 1
             && let Some((key, bytes)) = rows.pop()
         {
@@ -222,6 +240,7 @@ impl LogStore {
             }
             self.log.apply_batch(batch).map_err(|e| StorageIOError::write_logs(&e))?;
         }
+        self.tail.appended(written.into_iter().zip(sizes).collect());
         Ok((count, last))
     }
 }
@@ -381,6 +400,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
         self.commit.barrier().await.map_err(|e| StorageIOError::write_logs(AnyError::new(&e)))?;
+        self.tail.truncated(log_id.index);
         let removed = remove_indexes(&self.log, log_id.index, u64::MAX)?;
         self.flush(ErrorSubject::Logs).await?;
         tracing::debug!(since = %log_id, removed, "truncated raft log");
@@ -396,6 +416,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         // Record the purge point first: a crash before the deletion leaves surplus entries that
         // the next open deletes, never a log whose start is unaccounted for.
         self.write_meta(LAST_PURGED_KEY, &log_id, ErrorSubject::Logs)?;
+        self.tail.purged(log_id.index);
         // Neither deleted nor flushed here: openraft's core waits for this call, and deleting
         // thousands of entries (or a flush freeing their blob files) would hold up its
         // heartbeats past an election timeout. The purger deletes them on a blocking thread;
@@ -430,6 +451,8 @@ mod tests {
         log.blocking_append((1..=3).map(blank)).await.unwrap();
         log.save_vote(&Vote::new(1, 1)).await.unwrap();
 
+        // As after a restart: every read below goes to sled, not to the tail of recent entries.
+        log.tail.clear();
         log.meta.insert(VOTE_KEY, b"{\"leader_id\":".to_vec()).unwrap();
         let err = log.read_vote().await.unwrap_err();
         assert!(err.to_string().contains("Vote"), "{err}");
@@ -515,6 +538,38 @@ mod tests {
         assert_eq!(log.entry_count(), 1000);
         let first = log.try_get_log_entries(..).await.unwrap().first().map(|e| e.log_id.index);
         assert_eq!(first, Some(2001));
+    }
+
+    /// Reads answered from the tail of recent entries are exactly what sled holds, through
+    /// appends, a truncation that a new leader's entries overwrite, and a purge.
+    #[tokio::test]
+    async fn reads_from_the_tail_match_the_log_on_disk() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let (mut log, _sm) = crate::open(dir.path()).unwrap();
+        let at = |term: u64, index: u64| Entry {
+            log_id: LogId::new(CommittedLeaderId::new(term, 1), index),
+            payload: openraft::EntryPayload::Blank,
+        };
+        let check = |log: &LogStore| {
+            for (from, to) in [(1, 3), (2, 12), (5, 9), (9, 9), (12, 40), (0, 100)] {
+                let on_disk = log.entries_on_disk(from..=to).unwrap();
+                assert_eq!(log.entries(from..=to).unwrap(), on_disk, "{from}..={to}");
+                assert_eq!(log.entries(from..).unwrap(), log.entries_on_disk(from..).unwrap(), "{from}..");
+            }
+        };
+        log.blocking_append((1..=10).map(|i| at(1, i))).await.unwrap();
+        assert!(log.tail.read(&(1..=10)).is_some(), "the appended entries are in the tail");
+        check(&log);
+        log.truncate(LogId::new(CommittedLeaderId::new(1, 1), 8)).await.unwrap();
+        check(&log);
+        log.blocking_append((8..=12).map(|i| at(2, i))).await.unwrap();
+        check(&log);
+        let read = log.entries(7..=9).unwrap();
+        assert_eq!(read.iter().map(|e| e.log_id.leader_id.term).collect::<Vec<_>>(), vec![1, 2, 2]);
+        log.purge(LogId::new(CommittedLeaderId::new(1, 1), 4)).await.unwrap();
+        log.purged_entries_deleted(4).await;
+        check(&log);
+        assert_eq!(log.tail.bounds(), Some((5, 12)));
     }
 
     #[tokio::test]

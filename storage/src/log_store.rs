@@ -223,12 +223,12 @@ impl LogStore {
         for entry in entries {
             let bytes =
                 codec::encode(&entry).map_err(|e| StorageIOError::write_log_entry(entry.log_id, &e))?;
-            rows.push((layout::log_key(entry.log_id.index), bytes));
             last = Some(entry.log_id);
-            written.push(entry);
+            let key = layout::log_key(entry.log_id.index);
+            written.push((entry, bytes.len()));
+            rows.push((key, bytes));
         }
         let count = rows.len() as u64;
-        let sizes: Vec<usize> = rows.iter().map(|(_, bytes)| bytes.len()).collect();
         if rows.len() == 1
             && let Some((key, bytes)) = rows.pop()
         {
@@ -240,7 +240,7 @@ impl LogStore {
             }
             self.log.apply_batch(batch).map_err(|e| StorageIOError::write_logs(&e))?;
         }
-        self.tail.appended(written.into_iter().zip(sizes).collect());
+        self.tail.appended(written);
         Ok((count, last))
     }
 }

@@ -51,9 +51,12 @@ impl Entries {
         }
     }
 
-    fn pop_back(&mut self) {
-        if let Some((_, size)) = self.entries.pop_back() {
-            self.bytes -= size;
+    /// Drops the entries from `index` on.
+    fn cut_from(&mut self, index: u64) {
+        while self.last_index().is_some_and(|last| last >= index) {
+            if let Some((_, size)) = self.entries.pop_back() {
+                self.bytes -= size;
+            }
         }
     }
 
@@ -77,9 +80,7 @@ impl Tail {
             // An append at or below the last index replaces what follows (openraft truncates
             // first, but the tail must never hold two entries for one index); one beyond the
             // next index would leave a gap.
-            while tail.last_index().is_some_and(|last| last >= index) {
-                tail.pop_back();
-            }
+            tail.cut_from(index);
             if tail.last_index().is_some_and(|last| last + 1 != index) {
                 tail.clear();
             }
@@ -93,10 +94,7 @@ impl Tail {
 
     /// The log was truncated: entries from `index` on are gone.
     pub(crate) fn truncated(&self, index: u64) {
-        let mut tail = self.lock();
-        while tail.last_index().is_some_and(|last| last >= index) {
-            tail.pop_back();
-        }
+        self.lock().cut_from(index);
     }
 
     /// The log was purged: entries up to `index` are gone.

@@ -75,6 +75,8 @@ const REGISTER_CONCURRENCY: usize = 32;
 const HISTORY_CONCURRENCY: usize = 8;
 /// Slots a worker may offer (the gateway refuses more).
 const MAX_SLOTS: u32 = 4096;
+/// A second of the window whose p99 is above this is counted as slow.
+const SLOW_SECOND_MS: u64 = 100;
 /// Linux reports process CPU time in ticks of 1/100 s (USER_HZ).
 const TICKS_PER_SEC: f64 = 100.0;
 
@@ -229,6 +231,36 @@ fn last_snapshot_bytes(log: &str) -> Option<u64> {
     digits.parse().ok()
 }
 
+/// A snapshot build or log purge the leader logged, `at_ms` after the window began.
+struct StorageEvent {
+    at_ms: u64,
+    what: &'static str,
+    took_ms: Option<u64>,
+}
+
+/// The leader's snapshot builds (`total_ms`) and log purges (`ms`) within `wall` (ms since the
+/// epoch), from its log lines (which begin with an RFC 3339 time).
+fn storage_events(log: &str, wall: (u64, u64)) -> Vec<StorageEvent> {
+    let field = |line: &str, name: &str| -> Option<u64> {
+        let at = line.find(name)? + name.len();
+        line[at..].chars().take_while(|c| c.is_ascii_digit()).collect::<String>().parse().ok()
+    };
+    log.lines()
+        .filter_map(|line| {
+            let (what, took_ms) = if line.contains("built snapshot") {
+                ("snapshot built", field(line, " total_ms="))
+            } else if line.contains("deleted purged raft log entries") {
+                ("log purged", field(line, " ms="))
+            } else {
+                return None;
+            };
+            let time = humantime::parse_rfc3339_weak(line.split_whitespace().next()?).ok()?;
+            let ms = time.duration_since(std::time::UNIX_EPOCH).ok()?.as_millis() as u64;
+            (wall.0..=wall.1).contains(&ms).then(|| StorageEvent { at_ms: ms - wall.0, what, took_ms })
+        })
+        .collect()
+}
+
 /// The process id of replica `id`, as `/proc` names it.
 fn replica_pid(cluster: &ProcCluster, id: u64) -> Option<String> {
     cluster.nodes.get(&id).and_then(|n| n.pid()).map(|p| p.to_string())
@@ -271,6 +303,10 @@ struct Window {
     snapshot: Option<u64>,
     snapshot_index: u64,
     seen_by_workers: Histogram<u64>,
+    /// The workers' end-to-end figures by the second of the window their completion arrived in.
+    per_second: Vec<Histogram<u64>>,
+    /// The leader's snapshot builds and log purges during the window (from its log).
+    storage_events: Vec<StorageEvent>,
     completed: usize,
     missed_intervals: u64,
     aborted: u64,
@@ -306,6 +342,8 @@ async fn measure_window(
     let rss = cluster.nodes.keys().filter_map(|id| Some((*id, rss_mib(&pid(id)?)?))).collect();
 
     let mut seen_by_workers = Histogram::<u64>::new(3)?;
+    let mut per_second =
+        (0..seconds.ceil() as usize).map(|_| Histogram::<u64>::new(3)).collect::<Result<Vec<_>, _>>()?;
     let (mut completed, mut missed_intervals) = (0usize, 0u64);
     let interval_ms = args.interval.as_millis().max(1) as u64;
     let aborted_after: u64;
@@ -323,7 +361,11 @@ async fn measure_window(
                     break;
                 }
                 completed += 1;
-                seen_by_workers.record(c.end_to_end.as_millis() as u64)?;
+                let ms = c.end_to_end.as_millis() as u64;
+                seen_by_workers.record(ms)?;
+                if let Some(h) = per_second.get_mut((c.at - before.at).as_secs() as usize) {
+                    h.record(ms)?;
+                }
                 if let Some(prev) = last {
                     let gap = (c.at - prev).as_millis() as u64;
                     if gap * 2 > interval_ms * 3 {
@@ -348,6 +390,8 @@ async fn measure_window(
         snapshot: last_snapshot_bytes(&cluster.node_log_text(leader)),
         snapshot_index: status.snapshot_index,
         seen_by_workers,
+        per_second,
+        storage_events: storage_events(&cluster.node_log_text(leader), (wall_start, wall_end)),
         completed,
         missed_intervals,
         aborted: aborted_after.saturating_sub(aborted_before),
@@ -368,6 +412,38 @@ fn quantiles(h: &Histogram<u64>) -> String {
 }
 
 impl Window {
+    /// Where the tail comes from: the seconds of the window with the highest p99 as the workers
+    /// saw it, beside the leader's snapshot builds and log purges.
+    fn print_slowest_seconds(&self) {
+        let mut seconds: Vec<(usize, &Histogram<u64>)> =
+            self.per_second.iter().enumerate().filter(|(_, h)| !h.is_empty()).collect();
+        let over = seconds.iter().filter(|(_, h)| h.value_at_quantile(0.99) > SLOW_SECOND_MS).count();
+        seconds.sort_by_key(|(_, h)| std::cmp::Reverse(h.value_at_quantile(0.99)));
+        let slowest: Vec<String> = seconds
+            .iter()
+            .take(3)
+            .map(|(s, h)| {
+                format!("+{s} s p99={} ms max={} ms (n={})", h.value_at_quantile(0.99), h.max(), h.len())
+            })
+            .collect();
+        println!(
+            "slowest seconds of the window: {}; seconds with p99 over {SLOW_SECOND_MS} ms: {over} of {}",
+            slowest.join(", "),
+            self.per_second.len()
+        );
+        let events: Vec<String> = self
+            .storage_events
+            .iter()
+            .map(|e| match e.took_ms {
+                Some(ms) => format!("+{:.1} s {} ({ms} ms)", e.at_ms as f64 / 1000.0, e.what),
+                None => format!("+{:.1} s {}", e.at_ms as f64 / 1000.0, e.what),
+            })
+            .collect();
+        if !events.is_empty() {
+            println!("leader's snapshot builds and log purges in the window: {}", events.join(", "));
+        }
+    }
+
     fn print(&self, args: &Args) {
         let expected = args.jobs as f64 * self.seconds / args.interval.as_secs_f64();
         println!(
@@ -384,6 +460,7 @@ impl Window {
             );
         }
         println!("checkpoint end-to-end, seen by the workers: {}", quantiles(&self.seen_by_workers));
+        self.print_slowest_seconds();
         println!(
             "checkpoints completed: {} of {:.0} expected ({:.1}%); missed intervals: {}; aborted: {}",
             self.completed,

@@ -224,7 +224,7 @@ fn completing_a_checkpoint_with_the_completed_count_at_its_maximum_saturates() {
     job.status = cairn_raft::model::JobStatus::Running;
     job.next_checkpoint_id = 10;
     job.num_completed = u64::MAX;
-    let mut state = StateMachineData { jobs: [(id.clone(), job)].into() };
+    let mut state = StateMachineData { jobs: [(id.clone(), std::sync::Arc::new(job))].into() };
     let checkpoint = cairn_raft::model::CompletedCheckpoint {
         id: 5,
         kind: cairn_raft::model::CheckpointKind::Checkpoint,

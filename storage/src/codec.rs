@@ -272,7 +272,7 @@ mod tests {
     fn golden_snapshot_payload() {
         let mut data = StateMachineData::default();
         let job = job();
-        data.jobs.insert(job.id.clone(), job);
+        data.jobs.insert(job.id.clone(), std::sync::Arc::new(job));
         let last_applied = Some(log_id(1, 1, 9));
         let last_membership = membership();
         let bytes = encode(&SnapshotPayloadRef {

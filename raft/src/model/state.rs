@@ -1,6 +1,7 @@
 //! Deterministic application of commands to the job registry.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use cairn_protocol::restart::RestartDecision;
 use serde::{Deserialize, Serialize};
@@ -12,14 +13,18 @@ use super::{
 };
 
 /// The whole replicated state: every job's record, by id.
+///
+/// Records are shared (`Arc`), so a copy of the whole state (a snapshot being built, a read of
+/// every job) costs a reference count per job, not a deep clone; a change clones the one record
+/// it changes while a copy still shares it ([`Arc::make_mut`]). Encoded as the plain records.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StateMachineData {
-    pub jobs: BTreeMap<JobId, JobRecord>,
+    pub jobs: BTreeMap<JobId, Arc<JobRecord>>,
 }
 
 impl StateMachineData {
     pub fn job(&self, id: &JobId) -> Option<&JobRecord> {
-        self.jobs.get(id)
+        self.jobs.get(id).map(|j| &**j)
     }
 
     /// Applies one command. On error nothing changes. Pure and deterministic: the result depends
@@ -31,8 +36,11 @@ impl StateMachineData {
                 return self.apply_deduplicated(request_id, *fingerprint, command);
             }
             Command::RecordRequest { job, request_id, fingerprint, outcome } => {
-                let record =
-                    self.jobs.get_mut(job).ok_or_else(|| CommandError::UnknownJob { job: job.clone() })?;
+                let record = self
+                    .jobs
+                    .get_mut(job)
+                    .map(Arc::make_mut)
+                    .ok_or_else(|| CommandError::UnknownJob { job: job.clone() })?;
                 return match record.requests.lookup(request_id, *fingerprint) {
                     Lookup::Repeat(first) => Ok(Outcome::Repeated { first: Box::new(first.clone()) }),
                     Lookup::Conflict => Err(CommandError::RequestIdReused {
@@ -57,13 +65,13 @@ impl StateMachineData {
             }
             spec.checkpoint.validate()?;
             let name = if name.is_empty() { job.to_string() } else { name.clone() };
-            self.jobs.insert(job.clone(), JobRecord::new(job.clone(), name, spec.clone()));
+            self.jobs.insert(job.clone(), Arc::new(JobRecord::new(job.clone(), name, spec.clone())));
             return Ok(Outcome::Done);
         }
         let Some(job_id) = cmd.job() else {
             return Err(CommandError::InvalidBatch { reason: "a batch inside a command".to_owned() });
         };
-        let Some(job) = self.jobs.get_mut(job_id) else {
+        let Some(job) = self.jobs.get_mut(job_id).map(Arc::make_mut) else {
             return Err(CommandError::UnknownJob { job: job_id.clone() });
         };
         if let Command::RemoveJob { .. } = cmd {
@@ -74,7 +82,8 @@ impl StateMachineData {
                 });
             }
             let removed = self.jobs.remove(job_id);
-            let (checkpoints, savepoints) = removed.map(|j| (j.completed, j.savepoints)).unwrap_or_default();
+            let (checkpoints, savepoints) =
+                removed.map(Arc::unwrap_or_clone).map(|j| (j.completed, j.savepoints)).unwrap_or_default();
             return Ok(Outcome::JobRemoved { checkpoints, savepoints });
         }
         if let Command::ReleaseRetainedCheckpoint { checkpoint_id, .. } = cmd {
@@ -145,7 +154,7 @@ impl StateMachineData {
             }
         }
         let outcome = self.apply(command)?;
-        if let Some(record) = self.jobs.get_mut(job) {
+        if let Some(record) = self.jobs.get_mut(job).map(Arc::make_mut) {
             record.requests.record(RequestEntry {
                 id: request_id.to_owned(),
                 fingerprint,

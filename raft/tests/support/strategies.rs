@@ -338,7 +338,7 @@ pub fn state() -> BoxedStrategy<StateMachineData> {
     };
     (record("a"), record("b"), record("c"))
         .prop_map(|(a, b, c)| StateMachineData {
-            jobs: [a, b, c].into_iter().flatten().map(|j| (j.id.clone(), j)).collect(),
+            jobs: [a, b, c].into_iter().flatten().map(|j| (j.id.clone(), std::sync::Arc::new(j))).collect(),
         })
         .boxed()
 }

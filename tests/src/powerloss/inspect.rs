@@ -85,7 +85,11 @@ fn open_copy(node: u64, machine: &Machine, data_dir: &Path, copy: &Path) -> Resu
         last_log_term: state.last_log_id.map(|id| id.leader_id.term),
         vote_term: vote.map(|v| v.leader_id().term),
         last_applied,
-        jobs: data.jobs.into_iter().map(|(id, job)| (id.as_str().to_owned(), job)).collect(),
+        jobs: data
+            .jobs
+            .into_iter()
+            .map(|(id, job)| (id.as_str().to_owned(), std::sync::Arc::unwrap_or_clone(job)))
+            .collect(),
     })
 }
 

@@ -27,7 +27,7 @@ enum Owner {
     Unlisted,
 }
 
-fn owner_of(jobs: &[cairn_raft::model::JobRecord], dir: &Path) -> Owner {
+fn owner_of(jobs: &[std::sync::Arc<cairn_raft::model::JobRecord>], dir: &Path) -> Owner {
     for j in jobs {
         if let Some(c) = j.completed.iter().find(|c| Path::new(&c.metadata_path).parent() == Some(dir)) {
             return if j.status.is_terminal() {
@@ -114,7 +114,7 @@ mod tests {
             checkpoint: snapshot(5, "/sp/savepoint-a-5-1/_metadata"),
             path: "/sp/savepoint-a-5-1".into(),
         });
-        let jobs = vec![a.clone()];
+        let jobs = vec![std::sync::Arc::new(a.clone())];
         assert_eq!(owner_of(&jobs, Path::new("/cp/a/chk-4")), Owner::Live { job: a.id.clone() });
         assert_eq!(
             owner_of(&jobs, Path::new("/sp/savepoint-a-5-1")),
@@ -123,7 +123,7 @@ mod tests {
         assert_eq!(owner_of(&jobs, Path::new("/elsewhere")), Owner::Unlisted);
         a.status = JobStatus::Canceled;
         assert_eq!(
-            owner_of(&[a.clone()], Path::new("/cp/a/chk-4")),
+            owner_of(&[std::sync::Arc::new(a.clone())], Path::new("/cp/a/chk-4")),
             Owner::Retained { job: a.id, checkpoint_id: 4 }
         );
     }

@@ -244,7 +244,7 @@ impl JobDriver {
     pub(super) fn set_status(&mut self, status: JobStatus) {
         let ctx = self.ctx.clone();
         let job = self.job.clone();
-        let current = self.ctx.reader.job(&self.job).map(|r| r.status);
+        let current = self.ctx.reader.job(&self.job).map(|r| r.status.clone());
         if current.as_ref() == Some(&status) {
             return;
         }

@@ -26,7 +26,7 @@ use crate::replica::propose;
 /// Everything a deployment needs.
 #[derive(Debug, Clone)]
 pub struct Prepared {
-    pub record: JobRecord,
+    pub record: std::sync::Arc<JobRecord>,
     pub graph: JobGraph,
     pub tasks: GraphTasks,
     pub attempt: u32,

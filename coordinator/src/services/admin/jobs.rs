@@ -1,6 +1,8 @@
 //! Job calls: submit (validated like `cairn.v1.Store/RegisterJob`), list, describe with the
 //! leader's live view, cancel, and checkpoint configuration changes applied at once.
 
+use std::sync::Arc;
+
 use cairn_proto::admin as pb;
 use cairn_protocol::job::{PlacementStrategy, RestoreMode};
 use cairn_raft::model::{
@@ -16,7 +18,7 @@ use crate::services::store::{MAX_NAME_LEN, MAX_SPEC_BYTES, check_spec, parse_job
 
 /// The live job (not terminal) whose retained checkpoints include the directory `dir`, if any:
 /// a `claim` restore would take files that job still needs.
-fn claimed_from_live_job(jobs: &[JobRecord], dir: &str) -> Option<JobId> {
+fn claimed_from_live_job(jobs: &[Arc<JobRecord>], dir: &str) -> Option<JobId> {
     let dir = std::path::Path::new(dir);
     jobs.iter().filter(|j| !j.status.is_terminal()).find_map(|j| {
         j.completed
@@ -55,7 +57,7 @@ fn patch_checkpoint(current: &CheckpointConfig, patch: &str) -> Result<Checkpoin
 
 impl AdminService {
     /// The record of `job`, read from the applied state (call after a linearizable read).
-    pub(super) fn record(&self, job: &JobId) -> Result<JobRecord, NodeError> {
+    pub(super) fn record(&self, job: &JobId) -> Result<Arc<JobRecord>, NodeError> {
         self.ctx
             .reader
             .job(job)
@@ -155,7 +157,9 @@ impl AdminService {
 
     pub(super) async fn list_jobs(&self) -> Result<pb::ListJobsReply, NodeError> {
         linearizable(&self.ctx).await?;
-        Ok(pb::ListJobsReply { jobs: self.ctx.reader.jobs().iter().map(convert::job_summary).collect() })
+        Ok(pb::ListJobsReply {
+            jobs: self.ctx.reader.jobs().iter().map(|j| convert::job_summary(j)).collect(),
+        })
     }
 
     pub(super) async fn describe_job(&self, req: pb::JobRequest) -> Result<pb::JobDetails, NodeError> {

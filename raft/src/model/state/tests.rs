@@ -526,3 +526,48 @@ fn a_retained_checkpoint_of_an_ended_job_can_be_released_once() {
     assert!(matches!(sm.apply(&release), Err(CommandError::UnknownCheckpoint { id: 1, .. })));
     assert_eq!(sm.job(&jid("a")).unwrap().completed, vec![cp(2)]);
 }
+
+/// A copy of the state (what a snapshot captures) shares the records; applying commands to the
+/// state afterwards, the removal of a job included, must leave the copy exactly as it was.
+#[test]
+fn a_copy_of_the_state_is_unchanged_by_later_commands() {
+    let mut sm = StateMachineData::default();
+    register(&mut sm, "a", 2);
+    register(&mut sm, "b", 1);
+    let id = allocate(&mut sm, "a");
+    add(&mut sm, "a", id).unwrap();
+    let copy = sm.clone();
+    let frozen = serde_json::to_string(&copy).unwrap();
+    assert!(Arc::ptr_eq(&copy.jobs[&jid("a")], &sm.jobs[&jid("a")]), "the copy shares the records");
+
+    let next = allocate(&mut sm, "a");
+    add(&mut sm, "a", next).unwrap();
+    sm.apply(&Command::SetJobStatus { job: jid("b"), status: JobStatus::Canceled }).unwrap();
+    sm.apply(&Command::RemoveJob { job: jid("b") }).unwrap();
+    register(&mut sm, "c", 1);
+
+    assert_eq!(serde_json::to_string(&copy).unwrap(), frozen, "the copy did not change");
+    assert_eq!(copy.jobs[&jid("a")].completed.len(), 1);
+    assert_eq!(sm.jobs[&jid("a")].completed.len(), 2);
+    assert!(copy.jobs.contains_key(&jid("b")) && !sm.jobs.contains_key(&jid("b")));
+    assert!(!Arc::ptr_eq(&copy.jobs[&jid("a")], &sm.jobs[&jid("a")]), "a changed record is the state's own");
+}
+
+/// Shared records encode as plain records: a state encoded before the change decodes into the
+/// same state, and the encoding of a state is the one of its records.
+#[test]
+fn shared_records_encode_as_plain_records() {
+    let mut sm = StateMachineData::default();
+    register(&mut sm, "a", 1);
+    let id = allocate(&mut sm, "a");
+    add(&mut sm, "a", id).unwrap();
+    #[derive(Serialize)]
+    struct Plain {
+        jobs: BTreeMap<JobId, JobRecord>,
+    }
+    let plain = Plain { jobs: sm.jobs.iter().map(|(id, job)| (id.clone(), JobRecord::clone(job))).collect() };
+    let plain_json = serde_json::to_string(&plain).unwrap();
+    assert_eq!(serde_json::to_string(&sm).unwrap(), plain_json);
+    let decoded: StateMachineData = serde_json::from_str(&plain_json).unwrap();
+    assert_eq!(decoded, sm);
+}

@@ -465,8 +465,9 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
 
 /// Builds a snapshot of the state machine and stores it as the node's current snapshot.
 ///
-/// Runs concurrently with `apply`; it captures a consistent view under the read lock. A
-/// snapshot is stored only if it is not older than the current one (a snapshot installed from
+/// Runs concurrently with `apply`: it captures a consistent view under the read lock (a
+/// reference per job: records are shared and copied on write) and encodes it after releasing
+/// the lock, on a blocking thread. A snapshot is stored only if it is not older than the current one (a snapshot installed from
 /// the leader meanwhile wins).
 pub struct SnapshotBuilder {
     trees: Trees,
@@ -572,7 +573,8 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
 }
 
 /// Read access to the applied state, for the coordinator (after a linearizable read) and for
-/// metrics. Cheap to clone; every call takes the read lock briefly and returns owned data.
+/// metrics. Cheap to clone; every call takes the read lock briefly and returns owned data (job
+/// records shared: a later apply changes its own copy, never a record handed out).
 #[derive(Clone)]
 pub struct StateReader {
     state: Shared,

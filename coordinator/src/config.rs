@@ -15,7 +15,9 @@
 //!   network with long pauses (the production template uses 100ms / 800ms / 1600ms).
 //! - `snapshot_after_logs = 5000`, `logs_to_keep = 1000`: the state machine is small (per-job
 //!   records), so snapshots are cheap; the log stays bounded, and a follower that lags by
-//!   fewer than 1000 entries catches up from the log without a snapshot transfer.
+//!   fewer than 1000 entries catches up from the log without a snapshot transfer. Replica `n`
+//!   waits `(n mod 3) / 3` of that longer (see [`NodeConfig::snapshot_threshold`]), so that the
+//!   replicas of a group do not build a snapshot and purge the log behind it at the same index.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -473,6 +475,18 @@ impl NodeConfig {
         Ok(self.tls.as_ref().map(|t| t.load_server()).transpose()?)
     }
 
+    /// Entries after which this replica builds a snapshot: `raft.snapshot_after_logs`, plus
+    /// `(node_id mod 3) / 3` of it. A snapshot is followed by the purge of the entries behind
+    /// it (thousands of removals from the log tree), and replicas with one threshold do both at
+    /// the same index, so at the same moment: on a cluster coordinating a thousand jobs, the
+    /// seconds around that moment were most of the checkpoints' p99 (docs/SCALING.md, round
+    /// 10). With thresholds a third apart, the three replicas of a group do it at different
+    /// times, and a leader's commit finds a follower that is not purging.
+    pub fn snapshot_threshold(&self) -> u64 {
+        let n = self.raft.snapshot_after_logs;
+        n.saturating_add((n / 3).saturating_mul(self.node_id % 3))
+    }
+
     /// The openraft configuration derived from this one.
     pub fn openraft_config(&self) -> Result<openraft::Config, ConfigError> {
         let t = &self.raft;
@@ -483,7 +497,7 @@ impl NodeConfig {
             election_timeout_min: ms(t.election_timeout_min),
             election_timeout_max: ms(t.election_timeout_max),
             install_snapshot_timeout: ms(t.election_timeout_max).max(1000).saturating_mul(4),
-            snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(t.snapshot_after_logs),
+            snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(self.snapshot_threshold()),
             max_in_snapshot_log_to_keep: t.logs_to_keep,
             purge_batch_size: 256,
             ..Default::default()
@@ -581,6 +595,25 @@ mod tests {
         assert!(c.bootstraps());
         assert_eq!(c.initial_members(), BTreeMap::from([(1, DEFAULT_LISTEN.to_owned())]));
         c.openraft_config().unwrap();
+    }
+
+    #[test]
+    fn replicas_snapshot_at_different_thresholds() {
+        let threshold = |node_id: u64, after: u64| {
+            let mut c = NodeConfig { node_id, ..NodeConfig::default() };
+            c.raft.snapshot_after_logs = after;
+            c.snapshot_threshold()
+        };
+        let three: Vec<u64> = (1..=3).map(|id| threshold(id, 5000)).collect();
+        assert_eq!(three, vec![6666, 8332, 5000]);
+        assert_eq!(threshold(4, 5000), threshold(1, 5000), "the spread repeats every three ids");
+        assert_eq!(threshold(2, u64::MAX), u64::MAX, "a huge setting saturates");
+        assert_eq!(threshold(2, 1), 1, "a tiny setting stays as set");
+        let c = NodeConfig { node_id: 2, ..NodeConfig::default() };
+        match c.openraft_config().unwrap().snapshot_policy {
+            openraft::SnapshotPolicy::LogsSinceLast(n) => assert_eq!(n, 8332),
+            other => panic!("unexpected policy {other:?}"),
+        }
     }
 
     #[test]

@@ -224,11 +224,13 @@ fn write_bytes(pid: &str) -> Option<u64> {
 
 /// The size of the last snapshot a replica's log says it built.
 fn last_snapshot_bytes(log: &str) -> Option<u64> {
-    let line = log.lines().rev().find(|l| l.contains("built snapshot"))?;
-    let at = line.find("bytes")? + "bytes".len();
-    let digits: String =
-        line[at..].chars().skip_while(|c| !c.is_ascii_digit()).take_while(|c| c.is_ascii_digit()).collect();
-    digits.parse().ok()
+    number_after(log.lines().rev().find(|l| l.contains("built snapshot"))?, " bytes=")
+}
+
+/// The number a log line gives for a field (`name` ends with `=`).
+fn number_after(line: &str, name: &str) -> Option<u64> {
+    let at = line.find(name)? + name.len();
+    line[at..].chars().take_while(|c| c.is_ascii_digit()).collect::<String>().parse().ok()
 }
 
 /// A snapshot build or log purge the leader logged, `at_ms` after the window began.
@@ -241,16 +243,12 @@ struct StorageEvent {
 /// The leader's snapshot builds (`total_ms`) and log purges (`ms`) within `wall` (ms since the
 /// epoch), from its log lines (which begin with an RFC 3339 time).
 fn storage_events(log: &str, wall: (u64, u64)) -> Vec<StorageEvent> {
-    let field = |line: &str, name: &str| -> Option<u64> {
-        let at = line.find(name)? + name.len();
-        line[at..].chars().take_while(|c| c.is_ascii_digit()).collect::<String>().parse().ok()
-    };
     log.lines()
         .filter_map(|line| {
             let (what, took_ms) = if line.contains("built snapshot") {
-                ("snapshot built", field(line, " total_ms="))
+                ("snapshot built", number_after(line, " total_ms="))
             } else if line.contains("deleted purged raft log entries") {
-                ("log purged", field(line, " ms="))
+                ("log purged", number_after(line, " ms="))
             } else {
                 return None;
             };
@@ -341,6 +339,7 @@ async fn measure_window(
     let pid = |id: &u64| replica_pid(cluster, *id);
     let rss = cluster.nodes.keys().filter_map(|id| Some((*id, rss_mib(&pid(id)?)?))).collect();
 
+    let leader_log = cluster.node_log_text(leader);
     let mut seen_by_workers = Histogram::<u64>::new(3)?;
     let mut per_second =
         (0..seconds.ceil() as usize).map(|_| Histogram::<u64>::new(3)).collect::<Result<Vec<_>, _>>()?;
@@ -387,11 +386,11 @@ async fn measure_window(
         own_rss: rss_mib("self").unwrap_or(0.0),
         entries_per_sec: after.log_index.saturating_sub(before.log_index) as f64 / seconds,
         written_per_sec: after.leader_written.saturating_sub(before.leader_written) as f64 / seconds,
-        snapshot: last_snapshot_bytes(&cluster.node_log_text(leader)),
+        snapshot: last_snapshot_bytes(&leader_log),
         snapshot_index: status.snapshot_index,
         seen_by_workers,
         per_second,
-        storage_events: storage_events(&cluster.node_log_text(leader), (wall_start, wall_end)),
+        storage_events: storage_events(&leader_log, (wall_start, wall_end)),
         completed,
         missed_intervals,
         aborted: aborted_after.saturating_sub(aborted_before),

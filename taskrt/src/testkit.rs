@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 
 use cairn_protocol::checkpoint::metadata::METADATA_VERSION;
 use cairn_protocol::checkpoint::{
-    CheckpointMetadata, MetadataPointer, SubtaskState, TaskCheckpointMetrics, VertexInfo, write_metadata,
+    CheckpointMetadata, MetadataPointer, SubtaskState, TaskCheckpointMetrics, VertexInfo,
+    read_metadata_unverified, write_metadata,
 };
 
 use cairn_protocol::assign::{AssignError, StateAssignment, assign_states};
@@ -116,11 +117,44 @@ impl ScriptedCoordinator {
     /// The latest completed checkpoint assigned onto `graph` (as the leader would), to
     /// redeploy from; `None` when nothing completed yet.
     pub fn restore(&self, graph: &JobGraph) -> Option<Result<StateAssignment, AssignError>> {
-        self.latest.as_ref().map(|(meta, _)| assign_states(meta, self.storage.job_dir(), graph, false))
+        self.latest.as_ref().map(|(meta, _)| self.assign(meta, graph))
+    }
+
+    /// A given completed checkpoint assigned onto `graph`, to redeploy from.
+    pub fn assign(
+        &self,
+        meta: &CheckpointMetadata,
+        graph: &JobGraph,
+    ) -> Result<StateAssignment, AssignError> {
+        assign_states(meta, self.storage.job_dir(), graph, false)
     }
 
     pub fn latest_completed(&self) -> Option<&CheckpointMetadata> {
         self.latest.as_ref().map(|(m, _)| m)
+    }
+
+    /// The checkpoint a finishing job's last tasks finished on: among the events from `since` on,
+    /// the last completed checkpoint that some task acknowledged. A checkpoint triggered while
+    /// the tasks were finishing reaches none of them (the sources are gone), completes as they
+    /// report `finished`, and records every task's state as empty, so it can be later than the
+    /// final one. Read back from its `_metadata`; `None` when none completed.
+    pub fn final_checkpoint(
+        &self,
+        since: usize,
+    ) -> Result<Option<CheckpointMetadata>, cairn_protocol::checkpoint::MetadataError> {
+        let events = self.events.get(since..).unwrap_or_default();
+        let acknowledged: BTreeSet<u64> = events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Acknowledged { checkpoint_id, .. } => Some(*checkpoint_id),
+                _ => None,
+            })
+            .collect();
+        let id = events.iter().rev().find_map(|e| match e {
+            Event::Completed(id) if acknowledged.contains(id) => Some(*id),
+            _ => None,
+        });
+        id.map(|id| read_metadata_unverified(&self.storage.layout().metadata_path(id))).transpose()
     }
 
     pub fn completed_count(&self) -> usize {

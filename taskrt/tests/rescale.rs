@@ -5,6 +5,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use cairn_protocol::checkpoint::CheckpointMetadata;
 use cairn_taskrt::checkpoint::pool::SnapshotPool;
 use cairn_taskrt::demo::DemoJob;
 use cairn_taskrt::demo::source::SourceConfig;
@@ -44,12 +45,14 @@ async fn restore_with_changed_parallelism_keeps_keyed_counts() {
 
     let mut counts_per_run: Vec<BTreeMap<u64, u64>> = Vec::new();
     let mut coordinator: Option<ScriptedCoordinator> = None;
+    // Each run restores from the checkpoint the previous run's tasks finished on.
+    let mut final_of_run: Option<CheckpointMetadata> = None;
     for (attempt, p) in [2u32, 3, 1].into_iter().enumerate() {
         let job_shape = demo(&output, p);
         let c = coordinator
             .get_or_insert_with(|| ScriptedCoordinator::new("rescale", storage.clone(), &job_shape.graph()));
         c.set_graph(&job_shape.graph());
-        let restore = c.restore(&job_shape.graph()).transpose().unwrap();
+        let restore = final_of_run.as_ref().map(|m| c.assign(m, &job_shape.graph())).transpose().unwrap();
         let restored_id = restore.as_ref().map(|r| r.checkpoint_id);
         let mut job = LocalJob::deploy(
             JobDeployment {
@@ -67,17 +70,21 @@ async fn restore_with_changed_parallelism_keeps_keyed_counts() {
         // The bounded job runs to its end: every task finishes after the final checkpoint, which
         // holds the counts of every record. (Waiting instead for one checkpoint listing every
         // source offset at its end raced: a source subtask that finished after an earlier
-        // checkpoint is recorded with empty state in later ones, its keys being done.)
+        // checkpoint is recorded with empty state in later ones, its keys being done. For the same
+        // reason the final checkpoint is not always the latest: one triggered while the tasks
+        // were finishing can complete after it.)
+        let from = c.events.len();
         let monitors: Vec<_> = job.tasks().iter().map(|t| t.monitor.clone()).collect();
         c.drive_until(&mut job, Duration::from_secs(30), |_| {
             monitors.iter().all(|m| m.current_state() == TaskState::Finished)
         })
         .await
         .unwrap();
-        let meta = c.latest_completed().unwrap();
-        assert!(Some(meta.checkpoint_id) > restored_id, "a checkpoint of this deployment completed");
+        let meta = c.final_checkpoint(from).unwrap().expect("a checkpoint of this deployment completed");
+        assert!(Some(meta.checkpoint_id) > restored_id, "ids keep increasing");
         assert_eq!(meta.vertices["count"].parallelism, p);
-        counts_per_run.push(keyed_counts(meta, &base, "count", "count"));
+        counts_per_run.push(keyed_counts(&meta, &base, "count", "count"));
+        final_of_run = Some(meta);
         job.kill();
     }
     let expected: BTreeMap<u64, u64> = (0..KEYS).map(|k| (k, PER_KEY)).collect();

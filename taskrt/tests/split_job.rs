@@ -89,6 +89,7 @@ async fn a_job_spread_over_two_workers_checkpoints_restores_and_finishes_exactly
     // and the final checkpoint committed everything.
     let second = placement(&job_shape, [&a, &b], 1);
     let mut job = deploy_split(deployment(&job_shape, &storage, &coordinator, 1), &second, [&a, &b]);
+    let from = coordinator.events.len();
     let monitors: Vec<_> = job.tasks().iter().map(|t| t.monitor.clone()).collect();
     coordinator
         .drive_until(&mut job, std::time::Duration::from_secs(60), |_| {
@@ -98,11 +99,12 @@ async fn a_job_spread_over_two_workers_checkpoints_restores_and_finishes_exactly
         .unwrap();
     let outcomes = job.join().await;
     assert!(outcomes.iter().all(|(_, o)| *o == TaskOutcome::Finished), "{outcomes:?}");
-    let meta = coordinator.latest_completed().unwrap();
-    // The offsets the final checkpoint lists are at their end. It lists only the source
-    // subtasks still running when it was taken: one that finished after an earlier checkpoint is
-    // recorded empty (its keys are done), so the output is checked against every key instead.
-    let offsets = source_offsets(meta, storage.job_dir(), "source").unwrap();
+    // The offsets the final checkpoint (the one the tasks finished on) lists are at their end. It
+    // lists only the source subtasks still running when it was taken: one that finished after an
+    // earlier checkpoint is recorded empty (its keys are done), so the output is checked against
+    // every key instead.
+    let meta = coordinator.final_checkpoint(from).unwrap().expect("a checkpoint of the second run completed");
+    let offsets = source_offsets(&meta, storage.job_dir(), "source").unwrap();
     assert!(offsets.values().all(|n| *n == DEMO_PER_KEY), "the final checkpoint holds the end: {offsets:?}");
     let verdict = verify_output(
         &output,

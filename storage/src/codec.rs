@@ -155,7 +155,7 @@ mod tests {
 
     #[test]
     fn golden_format_version() {
-        assert_golden(&crate::layout::FORMAT_VERSION, "2");
+        assert_golden(&crate::layout::FORMAT_VERSION, "3");
     }
 
     #[test]

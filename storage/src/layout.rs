@@ -6,11 +6,15 @@
 //!
 //! | tree | key | value (JSON) |
 //! |------|-----|--------------|
-//! | [`LOG_TREE`] | log index, big-endian `u64` (8 bytes, so byte order is index order) | `openraft::Entry<TypeConfig>` |
+//! | [`log_tree_name`]`(index)`: `raft_log.` and the segment's first index as 16 hex digits, one tree per [`SEGMENT_LEN`] indexes | log index, big-endian `u64` (8 bytes, so byte order is index order) | `openraft::Entry<TypeConfig>` |
 //! | [`RAFT_META_TREE`] | [`VOTE_KEY`], [`COMMITTED_KEY`], [`LAST_PURGED_KEY`], [`FORMAT_KEY`] | `Vote`, `LogId`, `LogId`, `u64` |
 //! | [`SM_JOBS_TREE`] | job id (UTF-8) | `JobRecord` |
 //! | [`SM_META_TREE`] | [`APPLIED_KEY`], [`LEADERS_KEY`], [`APPLY_JOURNAL_KEY`] | `{ last_applied, last_membership }`, `[{ term, leader_id, first_index }]` (absent while empty), `{ applied, rows: [[job id, JobRecord or null]], leaders? }` (absent until the first apply after an install) |
 //! | [`SNAPSHOT_TREE`] | [`SNAPSHOT_META_KEY`], [`SNAPSHOT_DATA_KEY`], [`SNAPSHOT_SEQ_KEY`] | `SnapshotMeta`, snapshot bytes, `u64` |
+//!
+//! The log is split into segment trees so that a purge drops whole trees instead of removing
+//! entries one by one (see `segments`). Format 2 and older kept it in one tree,
+//! [`LEGACY_LOG_TREE`], which opening a database moves into segments.
 //!
 //! The snapshot bytes are themselves JSON: `{ version, last_applied, last_membership, data,
 //! leaders }` where `data` is the whole `StateMachineData` and `leaders` the leader history
@@ -24,8 +28,15 @@ use openraft::{AnyError, StorageIOError};
 use crate::codec;
 use crate::durable::{DurableFiles, SyncError};
 
-/// Raft log entries.
-pub const LOG_TREE: &str = "raft_log";
+/// Raft log entries, before format 3 split them into segment trees.
+pub const LEGACY_LOG_TREE: &str = "raft_log";
+/// The name of every log segment tree starts with this, followed by the segment's first index
+/// as 16 lowercase hex digits.
+pub const LOG_SEGMENT_PREFIX: &str = "raft_log.";
+/// Indexes per log segment tree. A purge drops the segments wholly behind the purge point, so
+/// up to this many purged entries stay on disk meanwhile; at a thousand jobs (about 400
+/// entries a second) a segment fills in under three seconds.
+pub const SEGMENT_LEN: u64 = 1024;
 /// Vote, committed log id, last purged log id and the on-disk format version.
 pub const RAFT_META_TREE: &str = "raft_meta";
 /// One row per job of the state machine.
@@ -63,13 +74,33 @@ pub const MARKER_FILE: &str = "CAIRN_STORAGE";
 /// transaction. A format-1 database is upgraded when it is opened (it has no journal, and its
 /// rows match its applied state); a build that knows only format 1 refuses a format-2 database,
 /// since it would ignore the journal.
-pub const FORMAT_VERSION: u64 = 2;
+///
+/// 3: the log is split into segment trees ([`log_tree_name`]). Opening an older database
+/// copies its log into segments, records format 3, then drops the old tree; a build that knows
+/// only format 2 refuses a format-3 database, since it would find no log.
+pub const FORMAT_VERSION: u64 = 3;
 /// The oldest format this build opens (and upgrades).
 pub const OLDEST_FORMAT_VERSION: u64 = 1;
 
 /// The key of the log entry at `index`.
 pub fn log_key(index: u64) -> [u8; 8] {
     index.to_be_bytes()
+}
+
+/// The name of the log segment tree that holds `index`.
+pub fn log_tree_name(index: u64) -> String {
+    format!("{LOG_SEGMENT_PREFIX}{:016x}", index / SEGMENT_LEN * SEGMENT_LEN)
+}
+
+/// The segment number (first index / [`SEGMENT_LEN`]) a log tree name encodes after its
+/// [`LOG_SEGMENT_PREFIX`]; `None` unless it is 16 lowercase hex digits naming a segment's
+/// first index.
+pub fn parse_segment(suffix: &[u8]) -> Option<u64> {
+    if suffix.len() != 16 || !suffix.iter().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b)) {
+        return None;
+    }
+    let first = u64::from_str_radix(std::str::from_utf8(suffix).ok()?, 16).ok()?;
+    (first % SEGMENT_LEN == 0).then_some(first / SEGMENT_LEN)
 }
 
 /// The index a log key encodes; `None` if the key is not 8 bytes long.
@@ -82,7 +113,6 @@ pub fn log_index(key: &[u8]) -> Option<u64> {
 #[derive(Clone)]
 pub(crate) struct Trees {
     pub db: sled::Db,
-    pub log: sled::Tree,
     pub raft_meta: sled::Tree,
     pub jobs: sled::Tree,
     pub sm_meta: sled::Tree,
@@ -105,7 +135,6 @@ pub(crate) enum FlushError {
 impl Trees {
     pub fn open(db: sled::Db, durable: DurableFiles) -> Result<Self, sled::Error> {
         Ok(Self {
-            log: db.open_tree(LOG_TREE)?,
             raft_meta: db.open_tree(RAFT_META_TREE)?,
             jobs: db.open_tree(SM_JOBS_TREE)?,
             sm_meta: db.open_tree(SM_META_TREE)?,
@@ -164,5 +193,20 @@ mod tests {
         assert_eq!(indexes, vec![0, 2, 255, 256, 300, 1 << 40]);
         assert_eq!(log_index(b"short"), None);
         assert_eq!(log_index(&[0; 9]), None);
+    }
+
+    #[test]
+    fn segment_tree_names_round_trip() {
+        for index in [0, 1, SEGMENT_LEN - 1, SEGMENT_LEN, 5 * SEGMENT_LEN + 7, u64::MAX] {
+            let name = log_tree_name(index);
+            let suffix = name.strip_prefix(LOG_SEGMENT_PREFIX).unwrap_or_default();
+            assert_eq!(parse_segment(suffix.as_bytes()), Some(index / SEGMENT_LEN), "{name}");
+        }
+        assert_eq!(log_tree_name(SEGMENT_LEN + 3), "raft_log.0000000000000400");
+        for bad in
+            ["", "400", "000000000000040G", "0000000000000401", "00000000000004000", "000000000000040A"]
+        {
+            assert_eq!(parse_segment(bad.as_bytes()), None, "{bad:?}");
+        }
     }
 }

@@ -31,6 +31,7 @@ pub mod layout;
 mod leaders;
 mod log_store;
 mod purger;
+mod segments;
 mod state_machine;
 mod tail;
 
@@ -186,9 +187,24 @@ pub fn open_with(dir: &Path, options: &StorageOptions) -> Result<(LogStore, Stat
             // Format 1 holds no apply journal and rows that match its applied state, which is
             // what format 2 reads when there is no journal. The new version is written before
             // any journal, so (sled recovering a prefix of its writes) a database with a journal
-            // always says format 2.
+            // always says format 2 or later.
+            //
+            // Formats 1 and 2 keep the log in one tree. Its entries are copied into segment
+            // trees and made durable before the new format is recorded; the old tree is dropped
+            // only after that (below), so a crash at any point leaves a log that the next open
+            // finds whole.
+            let segments = segments::Segments::open(&trees.db).map_err(storage_err)?;
+            let copied = segments::copy_legacy_log(&trees.db, &segments).map_err(storage_err)?;
+            flush_now(dir, &trees)?;
             layout::write_format(&trees.raft_meta).map_err(storage_err)?;
-            tracing::info!(path = %dir.display(), from = found, to = layout::FORMAT_VERSION, "upgraded raft storage format");
+            flush_now(dir, &trees)?;
+            tracing::info!(
+                path = %dir.display(),
+                from = found,
+                to = layout::FORMAT_VERSION,
+                log_entries_moved = copied,
+                "upgraded raft storage format"
+            );
         }
         Some(found) => {
             return Err(OpenError::UnsupportedFormat {
@@ -203,15 +219,17 @@ pub fn open_with(dir: &Path, options: &StorageOptions) -> Result<(LogStore, Stat
         }
         None => {
             layout::write_format(&trees.raft_meta).map_err(storage_err)?;
-            trees.db.flush().map_err(|source| OpenError::Db { path: dir.to_owned(), source })?;
             // Durable before the marker: a marker next to a database that lost its format record
             // reads as data loss.
-            trees.durable.sync(trees.durable.ticket()).map_err(|source| OpenError::Sync { source })?;
+            flush_now(dir, &trees)?;
             tracing::info!(path = %dir.display(), "initialized new raft storage");
         }
     }
     if !has_marker {
         write_marker(&marker).map_err(marker_err)?;
+    }
+    if segments::drop_legacy_log(&trees.db).map_err(storage_err)? {
+        tracing::info!(path = %dir.display(), "dropped the log tree of the old format");
     }
 
     let log_store = LogStore::open(&trees).map_err(storage_err)?;
@@ -224,6 +242,12 @@ pub fn open_with(dir: &Path, options: &StorageOptions) -> Result<(LogStore, Stat
         "opened raft storage"
     );
     Ok((log_store, sm_store))
+}
+
+/// Flushes sled and fsyncs what its flush leaves out, during [`open_with`].
+fn flush_now(dir: &Path, trees: &layout::Trees) -> Result<(), OpenError> {
+    trees.db.flush().map_err(|source| OpenError::Db { path: dir.to_owned(), source })?;
+    trees.durable.sync(trees.durable.ticket()).map_err(|source| OpenError::Sync { source })
 }
 
 /// Writes the initialization marker durably (file content and directory entry).

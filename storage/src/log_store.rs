@@ -14,8 +14,11 @@
 //!   removed entry arrives after the removal;
 //! - `purge` records the new purge point before deleting the entries behind it, so a crash in
 //!   between leaves extra entries (deleted again at the next open), never a hole; it neither
-//!   deletes them itself (the [purger](crate::purger) does, on a blocking thread) nor flushes
-//!   (the next append's flush covers it), so openraft's core is never held up by it.
+//!   deletes them itself (the [purger](crate::purger) does, on a blocking thread, by dropping
+//!   the [segment](crate::segments) trees wholly behind the purge point) nor flushes (the next
+//!   append's flush covers it), so openraft's core is never held up by it. Reads start after
+//!   the purge point, so the purged entries that share a segment with live ones stay unseen
+//!   until their segment goes.
 //!
 //! "Flushed" here always means [`Trees::flush_durably`]: sled's flush followed by the fsyncs
 //! sled leaves out (see [`crate::durable`]).
@@ -28,7 +31,8 @@
 use std::fmt::Debug;
 use std::io;
 use std::ops::{Bound, RangeBounds};
-use std::time::Duration;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use cairn_raft::TypeConfig;
 use cairn_raft::types::{Entry, LogId, StorageError, Vote};
@@ -39,8 +43,9 @@ use serde::de::DeserializeOwned;
 
 use crate::codec;
 use crate::group_commit::GroupCommit;
-use crate::layout::{self, COMMITTED_KEY, LAST_PURGED_KEY, Trees, VOTE_KEY};
-use crate::purger::{self, Purger};
+use crate::layout::{self, COMMITTED_KEY, LAST_PURGED_KEY, SEGMENT_LEN, Trees, VOTE_KEY};
+use crate::purger::Purger;
+use crate::segments::{self, Segments, delete_logs};
 use crate::tail::Tail;
 
 /// The sled-backed Raft log store. Cheap to clone: clones share the same trees, and a clone is
@@ -48,7 +53,9 @@ use crate::tail::Tail;
 #[derive(Clone)]
 pub struct LogStore {
     trees: Trees,
-    log: sled::Tree,
+    segments: Segments,
+    /// The first index a read may return: one past the purge point (0 before any purge).
+    first_readable: Arc<AtomicU64>,
     meta: sled::Tree,
     commit: GroupCommit,
     purger: Purger,
@@ -58,7 +65,9 @@ pub struct LogStore {
 
 impl std::fmt::Debug for LogStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LogStore").field("entries", &self.log.len()).finish_non_exhaustive()
+        f.debug_struct("LogStore")
+            .field("stored_entries", &self.segments.stored_entries())
+            .finish_non_exhaustive()
     }
 }
 
@@ -68,7 +77,8 @@ impl LogStore {
     pub(crate) fn open(trees: &Trees) -> Result<Self, StorageError> {
         let store = Self {
             trees: trees.clone(),
-            log: trees.log.clone(),
+            segments: Segments::open(&trees.db)?,
+            first_readable: Arc::new(AtomicU64::new(0)),
             meta: trees.raft_meta.clone(),
             commit: GroupCommit::default(),
             purger: Purger::default(),
@@ -77,28 +87,40 @@ impl LogStore {
         store.vote()?;
         store.committed()?;
         if let Some(purged) = store.last_purged()? {
-            let leftover = remove_indexes(&store.log, 0, purged.index)?;
+            store.first_readable.store(purged.index.saturating_add(1), Ordering::Release);
+            let leftover = store.segments.drop_through(purged.index)?;
             if leftover > 0 {
-                tracing::info!(upto = %purged, removed = leftover, "completed an interrupted log purge");
+                tracing::info!(upto = %purged, segments = leftover, "completed an interrupted log purge");
             }
         }
         let state = store.log_state()?;
         tracing::debug!(
             last_purged = ?state.last_purged_log_id,
             last_log = ?state.last_log_id,
-            entries = store.log.len(),
+            stored_entries = store.segments.stored_entries(),
             "opened raft log"
         );
         Ok(store)
     }
 
-    /// Number of entries physically present in the log tree (a purge deletes its entries in
-    /// the background: see [`LogStore::purged_entries_deleted`]).
+    /// Number of entries the log holds after its purge point (what reads can return).
     pub fn entry_count(&self) -> usize {
-        self.log.len()
+        let from = self.first_readable.load(Ordering::Acquire);
+        self.segments
+            .covering(from, u64::MAX)
+            .iter()
+            .map(|tree| tree.range(segments::key_range(from, u64::MAX)).count())
+            .sum()
     }
 
-    /// Waits until the entries at or below `upto`, purged by this store, have been deleted.
+    /// Number of entries on disk, purged ones included: a purge deletes its entries in the
+    /// background (see [`LogStore::purged_entries_deleted`]), and purged entries that share a
+    /// segment with live ones stay until their segment is dropped.
+    pub fn stored_entry_count(&self) -> usize {
+        self.segments.stored_entries()
+    }
+
+    /// Waits until the segments wholly at or below `upto`, purged by this store, are dropped.
     pub async fn purged_entries_deleted(&self, upto: u64) {
         self.purger.deleted(upto).await
     }
@@ -122,16 +144,20 @@ impl LogStore {
     /// entry has been purged.
     pub fn log_state(&self) -> Result<LogState<TypeConfig>, StorageError> {
         let last_purged_log_id = self.last_purged()?;
-        let last_entry = match self.log.last().map_err(read_logs)? {
-            Some((key, value)) => Some(decode_entry(&key, &value)?.log_id),
-            None => None,
-        };
+        let mut last_entry = None;
+        for tree in self.segments.newest_first() {
+            if let Some((key, value)) = tree.last().map_err(read_logs)? {
+                last_entry = Some(decode_entry(&key, &value)?.log_id);
+                break;
+            }
+        }
         let last_log_id = std::cmp::max(last_entry, last_purged_log_id);
         Ok(LogState { last_purged_log_id, last_log_id })
     }
 
-    /// Entries with index in `range`, in index order. Missing entries are skipped. Answered
-    /// from the [tail](crate::tail) of recent entries when it covers the range.
+    /// Entries with index in `range` after the purge point, in index order. Missing entries are
+    /// skipped. Answered from the [tail](crate::tail) of recent entries when it covers the
+    /// range.
     pub fn entries(&self, range: impl RangeBounds<u64>) -> Result<Vec<Entry>, StorageError> {
         if let Some(entries) = self.tail.read(&range) {
             return Ok(entries);
@@ -141,18 +167,29 @@ impl LogStore {
 
     /// [`LogStore::entries`], always read from sled.
     fn entries_on_disk(&self, range: impl RangeBounds<u64>) -> Result<Vec<Entry>, StorageError> {
-        let start = map_bound(range.start_bound());
-        let end = map_bound(range.end_bound());
-        if let (Bound::Included(s) | Bound::Excluded(s), Bound::Included(e) | Bound::Excluded(e)) =
-            (&start, &end)
-            && s > e
-        {
-            return Ok(Vec::new());
-        }
+        let start = match range.start_bound() {
+            Bound::Included(s) => *s,
+            Bound::Excluded(s) => match s.checked_add(1) {
+                Some(s) => s,
+                None => return Ok(Vec::new()),
+            },
+            Bound::Unbounded => 0,
+        };
+        let end = match range.end_bound() {
+            Bound::Included(e) => *e,
+            Bound::Excluded(e) => match e.checked_sub(1) {
+                Some(e) => e,
+                None => return Ok(Vec::new()),
+            },
+            Bound::Unbounded => u64::MAX,
+        };
+        let start = start.max(self.first_readable.load(Ordering::Acquire));
         let mut entries = Vec::new();
-        for item in self.log.range::<[u8; 8], _>((start, end)) {
-            let (key, value) = item.map_err(read_logs)?;
-            entries.push(decode_entry(&key, &value)?);
+        for tree in self.segments.covering(start, end) {
+            for item in tree.range(segments::key_range(start, end)) {
+                let (key, value) = item.map_err(read_logs)?;
+                entries.push(decode_entry(&key, &value)?);
+            }
         }
         Ok(entries)
     }
@@ -208,7 +245,8 @@ impl LogStore {
         Ok(())
     }
 
-    /// Writes the entries atomically; not yet durable.
+    /// Writes the entries; not yet durable. Atomic within a segment, and written segment by
+    /// segment in index order, so a crash leaves a prefix of them.
     ///
     /// A lone entry (the usual append under group commit) is one insert: a sled batch seals
     /// sled's current write buffer to keep the batch in one piece, which costs a write on
@@ -217,55 +255,64 @@ impl LogStore {
         &self,
         entries: impl Iterator<Item = Entry>,
     ) -> Result<(u64, Option<LogId>), StorageError> {
-        let mut rows = Vec::new();
+        // Rows grouped by segment, in index order (openraft appends consecutive indexes).
+        let mut groups: Vec<(u64, Vec<Row>)> = Vec::new();
         let mut written = Vec::new();
         let mut last = None;
+        let mut count = 0;
         for entry in entries {
             let bytes =
                 codec::encode(&entry).map_err(|e| StorageIOError::write_log_entry(entry.log_id, &e))?;
             last = Some(entry.log_id);
-            let key = layout::log_key(entry.log_id.index);
+            let index = entry.log_id.index;
             written.push((entry, bytes.len()));
-            rows.push((key, bytes));
-        }
-        let count = rows.len() as u64;
-        if rows.len() == 1
-            && let Some((key, bytes)) = rows.pop()
-        {
-            self.log.insert(key, bytes).map_err(|e| StorageIOError::write_logs(&e))?;
-        } else if !rows.is_empty() {
-            let mut batch = sled::Batch::default();
-            for (key, bytes) in rows {
-                batch.insert(&key, bytes);
+            let row = (layout::log_key(index), bytes);
+            match groups.last_mut() {
+                Some((segment, rows)) if *segment == index / SEGMENT_LEN => rows.push(row),
+                _ => groups.push((index / SEGMENT_LEN, vec![row])),
             }
-            self.log.apply_batch(batch).map_err(|e| StorageIOError::write_logs(&e))?;
+            count += 1;
+        }
+        for (segment, mut rows) in groups {
+            let tree = self.segments.tree_for(segment * SEGMENT_LEN)?;
+            if rows.len() == 1
+                && let Some((key, bytes)) = rows.pop()
+            {
+                tree.insert(key, bytes).map_err(|e| StorageIOError::write_logs(&e))?;
+            } else {
+                let mut batch = sled::Batch::default();
+                for (key, bytes) in rows {
+                    batch.insert(&key, bytes);
+                }
+                tree.apply_batch(batch).map_err(|e| StorageIOError::write_logs(&e))?;
+            }
         }
         self.tail.appended(written);
         Ok((count, last))
     }
-}
 
-fn map_bound(bound: Bound<&u64>) -> Bound<[u8; 8]> {
-    match bound {
-        Bound::Included(i) => Bound::Included(layout::log_key(*i)),
-        Bound::Excluded(i) => Bound::Excluded(layout::log_key(*i)),
-        Bound::Unbounded => Bound::Unbounded,
+    /// Deletes every entry at or above `from`: the segments wholly above it are dropped, the
+    /// one it falls into loses its entries from `from` on. Returns how many segments it dropped.
+    fn remove_from(&self, from: u64) -> Result<usize, StorageError> {
+        let dropped = self.segments.drop_from(from)?;
+        if let Some(tree) = self.segments.covering(from, from).pop() {
+            remove_indexes(&tree, from, u64::MAX)?;
+        }
+        Ok(dropped)
     }
 }
+
+/// A log row to write: key and encoded entry.
+type Row = ([u8; 8], Vec<u8>);
 
 /// Entries removed per sled batch.
 const REMOVE_BATCH: u64 = 256;
 
-/// Deletes the entries of `log` with an index in `from..=to`, in batches; returns how many keys
-/// it named. The keys are computed, not listed: the indexes between the first and the last
-/// entry are contiguous, and listing them would read every value (large ones from sled's blob
-/// files).
+/// Deletes the entries of one segment tree with an index in `from..=to`, in batches; returns
+/// how many keys it named. The keys are computed, not listed: the indexes between the first
+/// and the last entry are contiguous, and listing them would read every value (large ones from
+/// sled's blob files).
 fn remove_indexes(log: &sled::Tree, from: u64, to: u64) -> Result<u64, StorageError> {
-    remove_indexes_paced(log, from, to, Duration::ZERO)
-}
-
-/// [`remove_indexes`], sleeping `pause` between two batches (on a blocking thread only).
-fn remove_indexes_paced(log: &sled::Tree, from: u64, to: u64, pause: Duration) -> Result<u64, StorageError> {
     let edge = |row: sled::Result<Option<(sled::IVec, sled::IVec)>>| -> Result<Option<u64>, StorageError> {
         row.map_err(delete_logs)?.map(|(key, _)| key_index(&key)).transpose()
     };
@@ -288,18 +335,11 @@ fn remove_indexes_paced(log: &sled::Tree, from: u64, to: u64, pause: Duration) -
             return Ok(to - from + 1);
         }
         start = end + 1;
-        if !pause.is_zero() {
-            std::thread::sleep(pause);
-        }
     }
 }
 
 fn read_logs(e: sled::Error) -> StorageIOError<u64> {
     StorageIOError::read_logs(&e)
-}
-
-fn delete_logs(e: sled::Error) -> StorageIOError<u64> {
-    StorageIOError::new(ErrorSubject::Logs, ErrorVerb::Delete, &e)
 }
 
 /// The index a log key encodes; a key that is not 8 bytes long is corrupt.
@@ -401,9 +441,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
         self.commit.barrier().await.map_err(|e| StorageIOError::write_logs(AnyError::new(&e)))?;
         self.tail.truncated(log_id.index);
-        let removed = remove_indexes(&self.log, log_id.index, u64::MAX)?;
+        let dropped = self.remove_from(log_id.index)?;
         self.flush(ErrorSubject::Logs).await?;
-        tracing::debug!(since = %log_id, removed, "truncated raft log");
+        tracing::debug!(since = %log_id, segments_dropped = dropped, "truncated raft log");
         Ok(())
     }
 
@@ -416,14 +456,15 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         // Record the purge point first: a crash before the deletion leaves surplus entries that
         // the next open deletes, never a log whose start is unaccounted for.
         self.write_meta(LAST_PURGED_KEY, &log_id, ErrorSubject::Logs)?;
+        self.first_readable.fetch_max(log_id.index.saturating_add(1), Ordering::AcqRel);
         self.tail.purged(log_id.index);
-        // Neither deleted nor flushed here: openraft's core waits for this call, and deleting
-        // thousands of entries (or a flush freeing their blob files) would hold up its
-        // heartbeats past an election timeout. The purger deletes them on a blocking thread;
-        // the next append's flush makes the purge durable. Until then a crash only keeps
-        // entries behind a durable snapshot, which the next purge or open deletes.
-        let (log, upto) = (self.log.clone(), log_id.index);
-        self.purger.delete_through(upto, move || remove_indexes_paced(&log, 0, upto, purger::PACE));
+        // Neither deleted nor flushed here: openraft's core waits for this call, and dropping
+        // segment trees (or a flush freeing their blob files) would hold up its heartbeats. The
+        // purger drops them on a blocking thread; the next append's flush makes the purge
+        // durable. Until then a crash only keeps entries behind a durable snapshot, which the
+        // next purge or open deletes.
+        let (segments, upto) = (self.segments.clone(), log_id.index);
+        self.purger.delete_through(upto, move || segments.drop_through(upto).map(|n| n as u64));
         tracing::debug!(upto = %log_id, "purged raft log");
         Ok(())
     }
@@ -460,14 +501,15 @@ mod tests {
         log.meta.insert(COMMITTED_KEY, b"-".to_vec()).unwrap();
         assert!(log.read_committed().await.is_err());
 
-        log.log.insert(layout::log_key(3), b"garbage".to_vec()).unwrap();
+        log.segments.tree_for(3).unwrap().insert(layout::log_key(3), b"garbage".to_vec()).unwrap();
         assert!(log.get_log_state().await.is_err(), "the last entry decides the log state");
         assert!(log.try_get_log_entries(3..).await.is_err());
         assert_eq!(log.try_get_log_entries(1..3).await.unwrap().len(), 2);
 
-        log.log.insert(layout::log_key(3), encode_blank(3)).unwrap();
-        log.log.insert([0u8; 3], encode_blank(0)).unwrap();
-        assert!(log.try_get_log_entries(..).await.is_err(), "a 3-byte key is not an index");
+        log.segments.tree_for(3).unwrap().insert(layout::log_key(3), encode_blank(3)).unwrap();
+        // Sorts after every 8-byte key starting with three zero bytes and a zero: within a read.
+        log.segments.tree_for(0).unwrap().insert([0u8, 0, 0, 1], encode_blank(0)).unwrap();
+        assert!(log.try_get_log_entries(..).await.is_err(), "a 4-byte key is not an index");
     }
 
     fn encode_blank(index: u64) -> Vec<u8> {
@@ -514,13 +556,17 @@ mod tests {
 
     /// openraft's core awaits `purge` before its next heartbeat: the call records the purge
     /// point and returns without waiting for the entries' deletion, which follows on its own.
+    /// The deletion drops the segments wholly behind the purge point; the purged entries of the
+    /// segment the purge point falls into stay on disk, unread.
     #[tokio::test]
     #[allow(clippy::await_holding_lock)] // on purpose: the deletion must wait while purge runs
     async fn purge_returns_before_its_entries_are_deleted() {
         let dir = tempfile::TempDir::new().unwrap();
         let (mut log, _sm) = crate::open(dir.path()).unwrap();
-        log.blocking_append((1..=3000).map(blank)).await.unwrap();
-        let upto = LogId::new(CommittedLeaderId::new(1, 1), 2000);
+        let last = 3 * SEGMENT_LEN - 24;
+        log.blocking_append((1..=last).map(blank)).await.unwrap();
+        // Within the third segment: the first two go.
+        let upto = LogId::new(CommittedLeaderId::new(1, 1), 2 * SEGMENT_LEN + 100);
         {
             let purger = log.purger.clone();
             let _deletions_held = purger.hold();
@@ -530,14 +576,63 @@ mod tests {
                 .unwrap();
             let state = log.get_log_state().await.unwrap();
             assert_eq!(state.last_purged_log_id, Some(upto));
-            assert_eq!(log.entry_count(), 3000, "nothing deleted yet");
+            assert_eq!(log.stored_entry_count() as u64, last, "nothing deleted yet");
+            assert_eq!(log.entry_count() as u64, last - upto.index, "but nothing purged is readable");
             // Entries past the purge point are untouched and readable meanwhile.
-            assert_eq!(log.try_get_log_entries(2001..=2003).await.unwrap().len(), 3);
+            assert_eq!(log.try_get_log_entries(upto.index + 1..=upto.index + 3).await.unwrap().len(), 3);
         }
-        log.purged_entries_deleted(2000).await;
-        assert_eq!(log.entry_count(), 1000);
+        log.purged_entries_deleted(upto.index).await;
+        assert_eq!(log.entry_count() as u64, last - upto.index);
+        assert_eq!(log.stored_entry_count() as u64, last - 2 * SEGMENT_LEN + 1, "two segments dropped");
         let first = log.try_get_log_entries(..).await.unwrap().first().map(|e| e.log_id.index);
-        assert_eq!(first, Some(2001));
+        assert_eq!(first, Some(upto.index + 1));
+        let first = log.try_get_log_entries(..=upto.index + 1).await.unwrap();
+        assert_eq!(first.len(), 1, "a read reaching below the purge point starts after it");
+    }
+
+    /// A log spread over several segments reads, truncates and reopens like one: a truncation
+    /// inside a segment drops the segments above it, appends after it recreate them, and an
+    /// append that crosses a segment boundary is read back whole.
+    #[tokio::test]
+    async fn segments_join_into_one_log() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let indexes = |entries: Vec<Entry>| entries.iter().map(|e| e.log_id.index).collect::<Vec<_>>();
+        let at = |term: u64, index: u64| Entry {
+            log_id: LogId::new(CommittedLeaderId::new(term, 1), index),
+            payload: openraft::EntryPayload::Blank,
+        };
+        {
+            let (mut log, _sm) = crate::open(dir.path()).unwrap();
+            // One append across three segments.
+            let last = 2 * SEGMENT_LEN + 10;
+            log.blocking_append((1..=last).map(|i| at(1, i))).await.unwrap();
+            assert_eq!(log.segments.newest_first().len(), 3);
+            log.tail.clear();
+            assert_eq!(indexes(log.try_get_log_entries(..).await.unwrap()), (1..=last).collect::<Vec<_>>());
+            let across = indexes(log.try_get_log_entries(SEGMENT_LEN - 2..SEGMENT_LEN + 2).await.unwrap());
+            assert_eq!(across, (SEGMENT_LEN - 2..SEGMENT_LEN + 2).collect::<Vec<_>>());
+            // Truncated inside the second segment: the third is dropped.
+            let cut = SEGMENT_LEN + 5;
+            log.truncate(LogId::new(CommittedLeaderId::new(1, 1), cut)).await.unwrap();
+            assert_eq!(log.segments.newest_first().len(), 2);
+            let state = log.get_log_state().await.unwrap();
+            assert_eq!(state.last_log_id.map(|l| l.index), Some(cut - 1));
+            // A new leader's entries fill the second segment again and reopen the third.
+            log.blocking_append((cut..=2 * SEGMENT_LEN + 1).map(|i| at(2, i))).await.unwrap();
+            assert_eq!(log.segments.newest_first().len(), 3);
+        }
+        let (mut log, _sm) = crate::open(dir.path()).unwrap();
+        let all = log.try_get_log_entries(..).await.unwrap();
+        assert_eq!(indexes(all.clone()), (1..=2 * SEGMENT_LEN + 1).collect::<Vec<_>>());
+        let terms: Vec<u64> = all.iter().map(|e| e.log_id.leader_id.term).collect();
+        let cut = (SEGMENT_LEN + 5) as usize;
+        assert!(terms[..cut - 1].iter().all(|t| *t == 1) && terms[cut - 1..].iter().all(|t| *t == 2));
+        let state = log.get_log_state().await.unwrap();
+        assert_eq!(state.last_log_id, Some(LogId::new(CommittedLeaderId::new(2, 1), 2 * SEGMENT_LEN + 1)));
+        // Truncated at a segment's first index: that segment goes whole.
+        log.truncate(LogId::new(CommittedLeaderId::new(2, 1), 2 * SEGMENT_LEN)).await.unwrap();
+        assert_eq!(log.segments.newest_first().len(), 2);
+        assert_eq!(log.entry_count() as u64, 2 * SEGMENT_LEN - 1);
     }
 
     /// Reads answered from the tail of recent entries are exactly what sled holds, through

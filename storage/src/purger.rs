@@ -1,28 +1,24 @@
 //! Deleting purged log entries off openraft's core.
 //!
-//! openraft's core awaits `purge` before it sends the next heartbeat, and deleting the few
-//! thousand entries behind a snapshot is a few thousand sled removals: 160–430 ms of a busy
-//! machine's CPU, measured on replicas coordinating a thousand jobs, long enough to start an
-//! election. openraft does not need the entries gone when `purge` returns, only the purge point
+//! openraft's core awaits `purge` before it sends the next heartbeat. Deleting the few thousand
+//! entries behind a snapshot used to be a few thousand sled removals, 160–430 ms of a busy
+//! replica's CPU; it is now a few segment trees dropped (see [`crate::segments`]), a few
+//! milliseconds each, but a drop still frees every page of its tree and a flush may free blob
+//! files. openraft does not need the entries gone when `purge` returns, only the purge point
 //! recorded (its storage contract says so), so [`LogStore::purge`](crate::log_store::LogStore)
 //! records the purge point and hands the deletion to the [`Purger`], which runs it on a
-//! blocking thread, one deletion at a time, in batches with a pause between them ([`PACE`]).
+//! blocking thread, one deletion at a time.
 //!
 //! Nothing depends on the deletion having happened: openraft never reads at or below the purge
 //! point, a truncation only removes entries above it, and a store opened after a crash deletes
 //! whatever a deletion left behind (the purge point is on disk before the deletion starts).
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use tokio::sync::watch;
 
 use cairn_raft::types::StorageError;
-
-/// Pause between two batches of a deletion. Nothing waits for the deletion, so it is spread
-/// out: a replica deleting thousands of entries in one burst took a core for up to 430 ms, and
-/// the three replicas of a group purge at the same index, so at the same moment.
-pub(crate) const PACE: Duration = Duration::from_millis(5);
 
 /// Runs the deletions of one log tree; cheap to clone.
 #[derive(Clone)]
@@ -44,8 +40,8 @@ impl Default for Purger {
 }
 
 impl Purger {
-    /// Runs `delete` (which deletes every entry at or below `upto` and returns how many it
-    /// named) on a blocking thread, unless a deletion already went that far. Must be called
+    /// Runs `delete` (which deletes the log behind `upto` and returns how many segment trees it
+    /// dropped) on a blocking thread, unless a deletion already went that far. Must be called
     /// within a tokio runtime. A failure is logged; the entries then stay until the next purge
     /// or the next open deletes them.
     pub(crate) fn delete_through<F>(&self, upto: u64, delete: F)
@@ -60,9 +56,9 @@ impl Purger {
             }
             let started = Instant::now();
             match delete() {
-                Ok(removed) => {
+                Ok(segments) => {
                     let ms = started.elapsed().as_millis() as u64;
-                    tracing::info!(upto, removed, ms, "deleted purged raft log entries");
+                    tracing::info!(upto, segments, ms, "deleted purged raft log entries");
                     inner
                         .deleted_through
                         .send_modify(|through| *through = Some(through.map_or(upto, |t| t.max(upto))));

@@ -51,7 +51,7 @@ fn expect_corrupt(result: Result<impl Sized, OpenError>) -> String {
 async fn garbage_log_entry_is_a_read_error() {
     let dir = TempDir::new().unwrap();
     populate(dir.path()).await;
-    tamper(dir.path(), |db| put(db, layout::LOG_TREE, &layout::log_key(3), b"\x00garbage"));
+    tamper(dir.path(), |db| put(db, &layout::log_tree_name(3), &layout::log_key(3), b"\x00garbage"));
 
     // Only the tail is checked at open; the damaged entry is found when it is read.
     let (mut log, _sm) = reopen(dir.path()).unwrap();
@@ -66,7 +66,7 @@ async fn garbage_log_entry_is_a_read_error() {
 async fn garbage_last_log_entry_fails_open() {
     let dir = TempDir::new().unwrap();
     populate(dir.path()).await;
-    tamper(dir.path(), |db| put(db, layout::LOG_TREE, &layout::log_key(5), b"{\"log_id\":"));
+    tamper(dir.path(), |db| put(db, &layout::log_tree_name(5), &layout::log_key(5), b"{\"log_id\":"));
     expect_corrupt(reopen(dir.path()));
 }
 
@@ -75,7 +75,7 @@ async fn entry_under_the_wrong_index_is_an_error() {
     let dir = TempDir::new().unwrap();
     populate(dir.path()).await;
     tamper(dir.path(), |db| {
-        let tree = db.open_tree(layout::LOG_TREE).unwrap();
+        let tree = db.open_tree(layout::log_tree_name(4)).unwrap();
         let two = tree.get(layout::log_key(2)).unwrap().unwrap();
         tree.insert(layout::log_key(4), two).unwrap();
     });
@@ -89,7 +89,7 @@ async fn log_key_of_wrong_length_is_an_error() {
     populate(dir.path()).await;
     // 4 bytes sort after every 8-byte key starting with 0: it becomes the "last entry".
     let blank_json = br#"{"log_id":{"leader_id":{"term":1,"node_id":1},"index":6},"payload":"Blank"}"#;
-    tamper(dir.path(), |db| put(db, layout::LOG_TREE, &[0, 0, 0, 6], blank_json));
+    tamper(dir.path(), |db| put(db, &layout::log_tree_name(6), &[0, 0, 0, 6], blank_json));
     let msg = expect_corrupt(reopen(dir.path()));
     assert!(msg.contains("expected 8"), "{msg}");
 }
@@ -208,7 +208,7 @@ async fn unknown_format_version_fails_open() {
     populate(dir.path()).await;
     tamper(dir.path(), |db| put(db, layout::RAFT_META_TREE, layout::FORMAT_KEY.as_bytes(), b"99"));
     match reopen(dir.path()) {
-        Err(OpenError::UnsupportedFormat { found: 99, expected: 2, .. }) => {}
+        Err(OpenError::UnsupportedFormat { found: 99, expected: layout::FORMAT_VERSION, .. }) => {}
         Err(e) => panic!("unexpected error {e}"),
         Ok(_) => panic!("opened a database of an unknown format"),
     }

@@ -286,6 +286,7 @@ fn damaged_records_are_typed_errors_when_a_node_restarts() {
     fuzz("records at restart", config_divided(4), strategy, |(target, m, donor_entry, donor_meta)| {
         let dir = TempDir::new().unwrap_or_else(|e| panic!("tempdir: {e}"));
         copy_dir(template.path(), dir.path());
+        let log_tree = layout::log_tree_name(3);
         let (tree, key, doc): (&str, Vec<u8>, serde_json::Value) = match &target {
             Target::JobRow { under_other_key } => {
                 let key = if *under_other_key { b"b".to_vec() } else { b"a".to_vec() };
@@ -316,8 +317,8 @@ fn damaged_records_are_typed_errors_when_a_node_restarts() {
                 (layout::SNAPSHOT_TREE, layout::SNAPSHOT_DATA_KEY.into(), json!({"version": 1}))
             }
             Target::SnapshotSeq => (layout::SNAPSHOT_TREE, layout::SNAPSHOT_SEQ_KEY.into(), json!(1)),
-            Target::LastLogEntry => (layout::LOG_TREE, layout::log_key(3).to_vec(), json!(donor_entry)),
-            Target::LogKey { len } => (layout::LOG_TREE, vec![0xff; *len], json!(donor_entry)),
+            Target::LastLogEntry => (log_tree.as_str(), layout::log_key(3).to_vec(), json!(donor_entry)),
+            Target::LogKey { len } => (log_tree.as_str(), vec![0xff; *len], json!(donor_entry)),
         };
         let bytes = mutated(&doc, &json!(donor_entry), &m);
         {

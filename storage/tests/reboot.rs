@@ -237,8 +237,101 @@ async fn a_format_1_database_opens_and_is_upgraded() {
     }
     tamper(dir.path(), |db| {
         let format = db.open_tree(layout::RAFT_META_TREE).unwrap().get(layout::FORMAT_KEY).unwrap();
-        assert_eq!(format.as_deref(), Some(&b"2"[..]));
+        assert_eq!(format.as_deref(), Some(layout::FORMAT_VERSION.to_string().as_bytes()));
     });
+}
+
+/// Moves a database's log back into the one tree formats 1 and 2 used, as those builds left
+/// it; `keep_segments` leaves the segment trees too (a crash part way through an upgrade).
+fn as_format_2(db: &sled::Db, keep_segments: bool) {
+    let legacy = db.open_tree(layout::LEGACY_LOG_TREE).unwrap();
+    for name in db.tree_names() {
+        if !name.starts_with(layout::LOG_SEGMENT_PREFIX.as_bytes()) {
+            continue;
+        }
+        let tree = db.open_tree(&name).unwrap();
+        for row in tree.iter() {
+            let (key, value) = row.unwrap();
+            legacy.insert(key, value).unwrap();
+        }
+        if !keep_segments {
+            db.drop_tree(&name).unwrap();
+        }
+    }
+    db.open_tree(layout::RAFT_META_TREE).unwrap().insert(layout::FORMAT_KEY, "2").unwrap();
+}
+
+fn has_tree(dir: &std::path::Path, name: &str) -> bool {
+    let mut found = false;
+    tamper(dir, |db| found = db.tree_names().iter().any(|n| n == name.as_bytes()));
+    found
+}
+
+/// A format-2 database (the log in one tree) opens with its whole log moved into segment
+/// trees, also when an earlier upgrade stopped part way (segments already written, old tree
+/// still there) or after it recorded the new format but before it dropped the old tree.
+#[tokio::test]
+async fn a_format_2_log_moves_into_segments() {
+    let last = 2 * layout::SEGMENT_LEN + 7;
+    let entries: Vec<_> = (1..=last).map(|i| blank(1, i)).collect();
+    for partial in [false, true] {
+        let dir = TempDir::new().unwrap();
+        {
+            let (mut log, mut sm) = open(dir.path()).unwrap();
+            append(&mut log, entries.clone()).await;
+            sm.apply(entries[..5].to_vec()).await.unwrap();
+            log.purge(log_id(1, 5)).await.unwrap();
+            log.purged_entries_deleted(5).await;
+        }
+        tamper(dir.path(), |db| as_format_2(db, partial));
+        assert!(has_tree(dir.path(), layout::LEGACY_LOG_TREE));
+        {
+            let (mut log, _sm) = open(dir.path()).unwrap();
+            let read = log.try_get_log_entries(..).await.unwrap();
+            assert_eq!(read, entries[5..].to_vec(), "partial: {partial}");
+            let state = log.get_log_state().await.unwrap();
+            assert_eq!(state.last_log_id, Some(log_id(1, last)));
+            assert_eq!(state.last_purged_log_id, Some(log_id(1, 5)));
+        }
+        assert!(!has_tree(dir.path(), layout::LEGACY_LOG_TREE), "the old tree is dropped");
+        tamper(dir.path(), |db| {
+            let format = db.open_tree(layout::RAFT_META_TREE).unwrap().get(layout::FORMAT_KEY).unwrap();
+            assert_eq!(format.as_deref(), Some(layout::FORMAT_VERSION.to_string().as_bytes()));
+        });
+    }
+    // Format 3 recorded, old tree not yet dropped: it is dropped, the segments are the log.
+    let dir = TempDir::new().unwrap();
+    {
+        let (mut log, _sm) = open(dir.path()).unwrap();
+        append(&mut log, entries.clone()).await;
+    }
+    tamper(dir.path(), |db| {
+        as_format_2(db, true);
+        let format = layout::FORMAT_VERSION.to_string();
+        db.open_tree(layout::RAFT_META_TREE).unwrap().insert(layout::FORMAT_KEY, format.as_bytes()).unwrap();
+    });
+    {
+        let (mut log, _sm) = open(dir.path()).unwrap();
+        assert_eq!(log.try_get_log_entries(..).await.unwrap(), entries);
+    }
+    assert!(!has_tree(dir.path(), layout::LEGACY_LOG_TREE));
+}
+
+/// A tree named like a log segment whose number does not parse stops the open, naming it:
+/// its entries would otherwise be invisible to every read.
+#[tokio::test]
+async fn a_misnamed_segment_tree_fails_open() {
+    let dir = TempDir::new().unwrap();
+    {
+        let (mut log, _sm) = open(dir.path()).unwrap();
+        append(&mut log, vec![blank(1, 1)]).await;
+    }
+    tamper(dir.path(), |db| {
+        let name = format!("{}zz", layout::LOG_SEGMENT_PREFIX);
+        db.open_tree(name).unwrap().insert(layout::log_key(2), b"x".to_vec()).unwrap();
+    });
+    let err = open(dir.path()).err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(err.contains("raft_log.zz") && err.contains("16 hex digits"), "{err}");
 }
 
 /// Opening waits (bounded) for a handle that is still letting go of the database's lock, as

@@ -43,9 +43,9 @@ use serde::de::DeserializeOwned;
 
 use crate::codec;
 use crate::group_commit::GroupCommit;
-use crate::layout::{self, COMMITTED_KEY, LAST_PURGED_KEY, SEGMENT_LEN, Trees, VOTE_KEY};
+use crate::layout::{self, COMMITTED_KEY, LAST_PURGED_KEY, Trees, VOTE_KEY};
 use crate::purger::Purger;
-use crate::segments::{self, Segments, delete_logs};
+use crate::segments::{self, Segments, delete_logs, key_index, read_logs};
 use crate::tail::Tail;
 
 /// The sled-backed Raft log store. Cheap to clone: clones share the same trees, and a clone is
@@ -246,47 +246,24 @@ impl LogStore {
     }
 
     /// Writes the entries; not yet durable. Atomic within a segment, and written segment by
-    /// segment in index order, so a crash leaves a prefix of them.
-    ///
-    /// A lone entry (the usual append under group commit) is one insert: a sled batch seals
-    /// sled's current write buffer to keep the batch in one piece, which costs a write on
-    /// sled's thread pool that a single insert, atomic by itself, does not need.
+    /// segment in index order, so a crash leaves a prefix of them (see
+    /// [`Segments::write_rows`]).
     fn write_entries(
         &self,
         entries: impl Iterator<Item = Entry>,
     ) -> Result<(u64, Option<LogId>), StorageError> {
-        // Rows grouped by segment, in index order (openraft appends consecutive indexes).
-        let mut groups: Vec<(u64, Vec<Row>)> = Vec::new();
         let mut written = Vec::new();
-        let mut last = None;
-        let mut count = 0;
+        let mut rows = Vec::new();
         for entry in entries {
             let bytes =
                 codec::encode(&entry).map_err(|e| StorageIOError::write_log_entry(entry.log_id, &e))?;
-            last = Some(entry.log_id);
             let index = entry.log_id.index;
             written.push((entry, bytes.len()));
-            let row = (layout::log_key(index), bytes);
-            match groups.last_mut() {
-                Some((segment, rows)) if *segment == index / SEGMENT_LEN => rows.push(row),
-                _ => groups.push((index / SEGMENT_LEN, vec![row])),
-            }
-            count += 1;
+            rows.push(Ok((index, bytes)));
         }
-        for (segment, mut rows) in groups {
-            let tree = self.segments.tree_for(segment * SEGMENT_LEN)?;
-            if rows.len() == 1
-                && let Some((key, bytes)) = rows.pop()
-            {
-                tree.insert(key, bytes).map_err(|e| StorageIOError::write_logs(&e))?;
-            } else {
-                let mut batch = sled::Batch::default();
-                for (key, bytes) in rows {
-                    batch.insert(&key, bytes);
-                }
-                tree.apply_batch(batch).map_err(|e| StorageIOError::write_logs(&e))?;
-            }
-        }
+        let count = written.len() as u64;
+        let last = written.last().map(|(entry, _)| entry.log_id);
+        self.segments.write_rows(rows)?;
         self.tail.appended(written);
         Ok((count, last))
     }
@@ -301,9 +278,6 @@ impl LogStore {
         Ok(dropped)
     }
 }
-
-/// A log row to write: key and encoded entry.
-type Row = ([u8; 8], Vec<u8>);
 
 /// Entries removed per sled batch.
 const REMOVE_BATCH: u64 = 256;
@@ -336,22 +310,6 @@ fn remove_indexes(log: &sled::Tree, from: u64, to: u64) -> Result<u64, StorageEr
         }
         start = end + 1;
     }
-}
-
-fn read_logs(e: sled::Error) -> StorageIOError<u64> {
-    StorageIOError::read_logs(&e)
-}
-
-/// The index a log key encodes; a key that is not 8 bytes long is corrupt.
-fn key_index(key: &[u8]) -> Result<u64, StorageError> {
-    layout::log_index(key).ok_or_else(|| {
-        tracing::error!(key = ?key, "corrupt raft log key");
-        StorageIOError::read_logs(AnyError::error(format!(
-            "log key {key:?} is {} bytes long, expected 8",
-            key.len()
-        )))
-        .into()
-    })
 }
 
 /// Decodes a log row, checking that the key is a valid index and matches the entry.
@@ -476,6 +434,7 @@ mod tests {
     use openraft::storage::RaftLogStorageExt;
 
     use super::*;
+    use crate::layout::SEGMENT_LEN;
 
     fn blank(index: u64) -> Entry {
         Entry {

@@ -71,6 +71,50 @@ impl Segments {
         Ok(self.write().entry(segment).or_insert(tree).clone())
     }
 
+    /// Writes log rows, given in index order, segment by segment: each segment's rows in one
+    /// sled batch, so atomically, and a crash keeps a prefix of them. A segment's lone row (the
+    /// usual append under group commit) is one insert: a sled batch seals sled's current write
+    /// buffer to keep the batch in one piece, which costs a write on sled's thread pool that a
+    /// single insert, atomic by itself, does not need. The first failing row stops the writing.
+    pub(crate) fn write_rows(
+        &self,
+        rows: impl IntoIterator<Item = Result<Row, StorageError>>,
+    ) -> Result<(), StorageError> {
+        let mut pending: Option<(u64, Vec<Row>)> = None;
+        for row in rows {
+            let row = row?;
+            let segment = row.0 / SEGMENT_LEN;
+            match &mut pending {
+                Some((s, rows)) if *s == segment => rows.push(row),
+                _ => {
+                    if let Some((s, rows)) = pending.replace((segment, vec![row])) {
+                        self.write_segment(s, rows)?;
+                    }
+                }
+            }
+        }
+        match pending {
+            Some((s, rows)) => self.write_segment(s, rows),
+            None => Ok(()),
+        }
+    }
+
+    fn write_segment(&self, segment: u64, mut rows: Vec<Row>) -> Result<(), StorageError> {
+        let tree = self.tree_for(segment * SEGMENT_LEN)?;
+        if rows.len() == 1
+            && let Some((index, bytes)) = rows.pop()
+        {
+            tree.insert(layout::log_key(index), bytes).map_err(write_logs)?;
+        } else {
+            let mut batch = sled::Batch::default();
+            for (index, bytes) in rows {
+                batch.insert(&layout::log_key(index), bytes);
+            }
+            tree.apply_batch(batch).map_err(write_logs)?;
+        }
+        Ok(())
+    }
+
     /// The trees of the segments that may hold indexes in `start..=end`, in index order.
     pub(crate) fn covering(&self, start: u64, end: u64) -> Vec<sled::Tree> {
         if start > end {
@@ -113,13 +157,28 @@ impl Segments {
     }
 }
 
+/// A log row: the entry's index and its encoding.
+pub(crate) type Row = (u64, Vec<u8>);
+
 /// The key range of `start..=end` within one segment tree.
 pub(crate) fn key_range(start: u64, end: u64) -> (Bound<[u8; 8]>, Bound<[u8; 8]>) {
     (Bound::Included(layout::log_key(start)), Bound::Included(layout::log_key(end)))
 }
 
-fn read_logs(e: sled::Error) -> StorageIOError<u64> {
+pub(crate) fn read_logs(e: sled::Error) -> StorageIOError<u64> {
     StorageIOError::read_logs(&e)
+}
+
+/// The index a log key encodes; a key that is not 8 bytes long is corrupt.
+pub(crate) fn key_index(key: &[u8]) -> Result<u64, StorageError> {
+    layout::log_index(key).ok_or_else(|| {
+        tracing::error!(key = ?key, "corrupt raft log key");
+        StorageIOError::read_logs(AnyError::error(format!(
+            "log key {key:?} is {} bytes long, expected 8",
+            key.len()
+        )))
+        .into()
+    })
 }
 
 fn write_logs(e: sled::Error) -> StorageIOError<u64> {
@@ -141,27 +200,11 @@ pub(crate) fn copy_legacy_log(db: &sled::Db, segments: &Segments) -> Result<u64,
     }
     let legacy = db.open_tree(layout::LEGACY_LOG_TREE).map_err(read_logs)?;
     let mut copied = 0;
-    let mut batch: Option<(u64, sled::Batch)> = None;
-    for row in legacy.iter() {
+    segments.write_rows(legacy.iter().map(|row| {
         let (key, value) = row.map_err(read_logs)?;
-        let index = layout::log_index(&key).ok_or_else(|| {
-            StorageIOError::read_logs(AnyError::error(format!(
-                "log key {key:?} is {} bytes long, expected 8",
-                key.len()
-            )))
-        })?;
-        let segment = index / SEGMENT_LEN;
-        if batch.as_ref().is_some_and(|(s, _)| *s != segment)
-            && let Some((s, full)) = batch.take()
-        {
-            segments.tree_for(s * SEGMENT_LEN)?.apply_batch(full).map_err(write_logs)?;
-        }
-        batch.get_or_insert_with(|| (segment, sled::Batch::default())).1.insert(&key, value);
         copied += 1;
-    }
-    if let Some((s, last)) = batch {
-        segments.tree_for(s * SEGMENT_LEN)?.apply_batch(last).map_err(write_logs)?;
-    }
+        Ok((key_index(&key)?, value.to_vec()))
+    }))?;
     Ok(copied)
 }
 
